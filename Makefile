@@ -1,0 +1,19 @@
+# One entry point for people and CI. `make demo` sets up and runs the main job on its embedded default;
+# `make test` runs every test (CI runs exactly that through .ci/run). `make help` lists the rest.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PY := .venv/bin/python
+
+.PHONY: help setup demo test
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup: ## install system packages (as root) and build .venv with the real SGLang 0.5.19 on CPU
+	bash scripts/setup-system.sh
+	bash scripts/setup-venv.sh
+
+demo: setup ## main job: show stock 0.5.19 refusing, the overlay accepting, and a bitwise-exact commit on CPU
+	$(PY) -m harness.demo
+
+test: setup ## run all tests (GPU tests are skipped without a GPU)
+	bash scripts/run-tests.sh

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests need (Docker daemon, debootstrap for the stand-in base image,
+# sshd and iproute2 for the Ansible test hosts). Idempotent: installs only what is missing. Needs root
+# when something is missing; says what to install otherwise.
+set -euo pipefail
+need=(docker.io debootstrap openssh-server openssh-client iproute2 rsync make)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then echo "setup-system: all packages present"; exit 0; fi
+if [ "$(id -u)" != 0 ]; then
+  echo "setup-system: missing Debian packages: ${missing[*]}; install them as root (apt-get install ${missing[*]})" >&2
+  exit 2
+fi
+echo "setup-system: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup-system: done"
