@@ -2,10 +2,10 @@
 
 CI machines have Debian's `dockerd` (20.10) installed but no daemon running and no registry reachable,
 so every test that needs Docker starts its own daemon here: its own data root, its own short exec root
-and socket, the `vfs` storage driver (works on any filesystem, no overlay mounts), no iptables, no bridge
+and socket, `overlay2` where the kernel allows it and `vfs` otherwise, no iptables, no bridge
 (containers run with `--network none`), and its own containerd namespaces so that several daemons on one
 machine (one per network namespace, say) never see each other's containers. Optionally it runs inside a
-network namespace (`ip netns exec NS dockerd ...`).
+network namespace created with `ip netns add NS` (entered with `nsenter --net`).
 
 API (used by `tests/docker/conftest.py` and the Ansible tests):
 
@@ -50,6 +50,7 @@ class Dockerd:
     run_dir: Path
     pid: int
     netns: str | None = None
+    storage_driver: str = "vfs"
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -101,16 +102,22 @@ class Dockerd:
         self.stop()
 
 
-def start_dockerd(root: Path, netns: str | None = None, timeout: float = READY_TIMEOUT_S) -> Dockerd:
+def start_dockerd(root: Path, netns: str | None = None, storage_driver: str | None = None,
+                  timeout: float = READY_TIMEOUT_S) -> Dockerd:
     """Start a private dockerd with its data under `root` (created; removed again by `.stop()`).
 
-    The socket lives in a short directory under /tmp (unix socket paths are limited to 107 bytes).
-    Returns once the daemon answers `GET /_ping`; raises DockerdError with the log tail otherwise.
+    `storage_driver`: None picks `overlay2` when an overlay mount works under `root` (fast: layers are
+    not copied) and `vfs` otherwise (works anywhere, copies every layer); `RSO_DOCKER_STORAGE_DRIVER`
+    overrides the choice. The socket lives in a short directory under /tmp (unix socket paths are
+    limited to 107 bytes). Returns once the daemon answers `GET /_ping`; raises DockerdError with the
+    log tail otherwise.
     """
     if shutil.which(DOCKERD) is None:
         raise DockerdError(f"`{DOCKERD}` not found; install Debian's docker.io (scripts/setup-system.sh)")
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
+    driver = storage_driver or os.environ.get("RSO_DOCKER_STORAGE_DRIVER") or (
+        "overlay2" if _overlay_mount_works(root) else "vfs")
     run_dir = Path(tempfile.mkdtemp(prefix="dkr-", dir="/tmp"))
     tag = uuid.uuid4().hex[:10]
     cmd = [
@@ -119,20 +126,23 @@ def start_dockerd(root: Path, netns: str | None = None, timeout: float = READY_T
         "--exec-root", str(run_dir / "exec"),
         "--pidfile", str(run_dir / "docker.pid"),
         "-H", f"unix://{run_dir / 'docker.sock'}",
-        "--storage-driver", "vfs",
+        "--storage-driver", driver,
         "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--bridge=none",
         "--containerd-namespace", f"rso-{tag}",
         "--containerd-plugins-namespace", f"rso-{tag}-plugins",
     ]
     if netns:
-        cmd = ["ip", "netns", "exec", netns, *cmd]  # `ip netns exec` execs, so the PID is dockerd's
+        # nsenter enters only the network namespace (`ip netns exec` also remounts /sys, which hides the
+        # cgroup v1 mounts dockerd needs) and execs, so the PID is dockerd's
+        cmd = ["nsenter", f"--net=/run/netns/{netns}", "--", *cmd]
     log = open(root / "dockerd.log", "ab")
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     finally:
         log.close()
-    daemon = Dockerd(root=root, run_dir=run_dir, pid=proc.pid, netns=netns, _proc=proc)
+    daemon = Dockerd(root=root, run_dir=run_dir, pid=proc.pid, netns=netns, storage_driver=driver,
+                     _proc=proc)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -145,6 +155,23 @@ def start_dockerd(root: Path, netns: str | None = None, timeout: float = READY_T
     tail = _tail(daemon.log_path)
     daemon.stop()
     raise DockerdError(f"dockerd did not answer /_ping within {timeout:.0f} s:\n{tail}")
+
+
+def _overlay_mount_works(root: Path) -> bool:
+    """True when the kernel can mount overlayfs with its upper dir on `root`'s filesystem (overlay2)."""
+    probe = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=root))
+    dirs = {name: probe / name for name in ("lower", "upper", "work", "merged")}
+    for path in dirs.values():
+        path.mkdir()
+    opts = f"lowerdir={dirs['lower']},upperdir={dirs['upper']},workdir={dirs['work']}"
+    try:
+        mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(dirs["merged"])],
+                                 capture_output=True).returncode == 0
+        if mounted:
+            subprocess.run(["umount", str(dirs["merged"])], capture_output=True)
+        return mounted
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
 
 
 def _ping(sock_path: Path) -> bool:
