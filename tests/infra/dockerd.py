@@ -92,7 +92,7 @@ class Dockerd:
         if containerd_pid is not None:
             _terminate(containerd_pid, None)
         for base in (self.run_dir, self.root):
-            _unmount_below(base)
+            unmount_below(base)
             shutil.rmtree(base, ignore_errors=True)
 
     def __enter__(self) -> "Dockerd":
@@ -233,7 +233,7 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
-def _unmount_below(base: Path) -> None:
+def unmount_below(base: Path) -> None:
     """Lazily unmount anything the daemon left mounted under `base` (deepest first), so rmtree works."""
     prefix = str(base.resolve()) + "/"
     try:
