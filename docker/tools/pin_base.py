@@ -1,0 +1,57 @@
+"""`make pin-base`: record the registry digest of the base tag in docker/base.lock.
+
+Why it exists: the image must be built from an exact, reviewed base, and a tag can move. Run it where the
+registry is reachable; it resolves BASE_REPOSITORY:BASE_TAG_<lane> to its manifest-list digest (what
+`FROM repo:tag@digest` and `docker pull` use) with `docker buildx imagetools inspect`, falling back to
+`docker pull` + the pulled image's RepoDigests, and rewrites only that lane's BASE_DIGEST line. With
+`--digest` it records a digest obtained elsewhere (a registry UI, a mirror's manifest), after checking
+its form. Review and commit the change; every build refuses the placeholder.
+
+    python3 docker/tools/pin_base.py [--lane L] [--digest sha256:...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from common import DIGEST, Refusal, docker, lane_pin, log, read_lock, run_tool, write_lock_value
+
+
+def resolve_digest(name: str) -> str:
+    """The registry digest of tag `name`: buildx imagetools if present, else pull and read RepoDigests."""
+    probe = docker("buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}", name, check=False, timeout=120)
+    if probe.returncode == 0:
+        return json.loads(probe.stdout)["digest"]
+    log(f"`docker buildx imagetools inspect` is unavailable or failed ({(probe.stderr or '').strip()[:200]}); "
+        f"pulling {name} instead")
+    pulled = docker("pull", name, check=False, capture=False)
+    if pulled.returncode != 0:
+        raise Refusal(f"cannot reach the registry for {name}",
+                      "run this where the registry is reachable, or pass DIGEST=sha256:... from your registry")
+    repo = name.rsplit(":", 1)[0]
+    digests = docker("image", "inspect", "--format", "{{json .RepoDigests}}", name).stdout
+    for ref in json.loads(digests) or []:
+        if ref.split("@")[0] in (repo, f"docker.io/{repo}"):
+            return ref.split("@", 1)[1]
+    raise Refusal(f"the pulled {name} has no registry digest for {repo}", "pass DIGEST=sha256:... explicitly")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lane")
+    parser.add_argument("--digest", default="")
+    args = parser.parse_args()
+    lock = read_lock()
+    lane = args.lane or lock["CUDA_LANE"]
+    pin = lane_pin(lock, lane)
+    digest = args.digest or resolve_digest(pin["name"])
+    if not DIGEST.match(digest):
+        raise Refusal(f"{digest!r} is not a sha256 digest", "a digest looks like sha256:<64 hex digits>")
+    write_lock_value(f"BASE_DIGEST_{lane}", digest)
+    print(f"pinned {pin['name']}@{digest} (was {pin['digest']}) in docker/base.lock; review and commit it")
+    return 0
+
+
+if __name__ == "__main__":
+    run_tool(main)
