@@ -10,14 +10,17 @@
 # Tests only: BASE_STANDIN=true BASE_IMAGE=<local image> builds on a stand-in (labelled as such).
 
 RSO_DOCKER_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
-include $(RSO_DOCKER_DIR)/base.lock
+# the lock file (another one only for tests, or a site that keeps its own pins)
+BASE_LOCK ?= $(RSO_DOCKER_DIR)/base.lock
+include $(BASE_LOCK)
+export RSO_BASE_LOCK := $(abspath $(BASE_LOCK))
 
 RSO_TOOLS_PY ?= python3
 # builds the overlay wheel (needs pip + setuptools): the project's .venv when there is one
 WHEEL_PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 BASE_PYTHON ?= python3
 OVERLAY_VERSION := $(shell sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml)
-RSO_DEFAULT_LANE := $(shell sed -n 's/^CUDA_LANE=//p' $(RSO_DOCKER_DIR)/base.lock)
+RSO_DEFAULT_LANE := $(shell sed -n 's/^CUDA_LANE=//p' $(BASE_LOCK))
 IMAGE_NAME ?= sglang-replayssm
 IMAGE_TAG ?= $(SGLANG_RELEASE)-$(OVERLAY_VERSION)$(if $(filter-out $(RSO_DEFAULT_LANE),$(CUDA_LANE)),-$(CUDA_LANE))
 IMAGE ?= $(IMAGE_NAME):$(IMAGE_TAG)
@@ -26,7 +29,8 @@ KERNEL_MODEL ?= qwen3.5-35b-a3b
 BASE_IMAGE ?=
 BASE_DIGEST ?=
 BASE_STANDIN ?= false
-DIST_DIR ?= build/docker/dist
+BUILD_DIR ?= build/docker
+DIST_DIR ?= $(BUILD_DIR)/dist
 REGISTRY ?=
 DIGEST ?=
 HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
@@ -37,7 +41,7 @@ export DOCKER_BUILDKIT ?= 0
 build: ## build sglang-replayssm:<release>-<overlay> on the digest-pinned base (CUDA_LANE=, KERNELS=build|skip)
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/build.py --image $(IMAGE) --lane $(CUDA_LANE) \
 	  --kernels $(KERNELS) --kernel-model $(KERNEL_MODEL) --python $(WHEEL_PYTHON) --base-python $(BASE_PYTHON) \
-	  $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(if $(BASE_DIGEST),--base-digest $(BASE_DIGEST)) \
+	  --build-dir $(BUILD_DIR) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(if $(BASE_DIGEST),--base-digest $(BASE_DIGEST)) \
 	  $(if $(filter true 1 yes,$(BASE_STANDIN)),--standin)
 
 save: ## write IMAGE as DIST_DIR/<name>_<tag>.tar.gz + .sha256 + .image-id (sites without a registry)

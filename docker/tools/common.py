@@ -16,7 +16,7 @@ from pathlib import Path
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent
 REPO = DOCKER_DIR.parent
-LOCK = DOCKER_DIR / "base.lock"
+LOCK = Path(os.environ.get("RSO_BASE_LOCK") or DOCKER_DIR / "base.lock")  # docker.mk exports it
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DOCKER = os.environ.get("DOCKER", "docker")
 

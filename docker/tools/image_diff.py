@@ -48,7 +48,9 @@ def image_diff(image: str, python: str = "python3") -> dict:
     if [h["ID"] for h in ours[len(ours) - len(theirs):]] != [h["ID"] for h in theirs]:
         raise Refusal(f"{image} is not built on {base} (its layer history does not end with the base's)",
                       "compare an image with the base it was built from")
-    added = [{"size": int(h["Size"]), "created_by": h["CreatedBy"]} for h in reversed(ours[:len(ours) - len(theirs)])]
+    # filesystem layers only: metadata steps (ARG, LABEL, ...) add a 0-byte `#(nop)` history entry
+    added = [{"size": int(h["Size"]), "created_by": h["CreatedBy"]} for h in reversed(ours[:len(ours) - len(theirs)])
+             if int(h["Size"]) > 0 or "#(nop)" not in h["CreatedBy"]]
     return {
         "image": image,
         "base": base,
