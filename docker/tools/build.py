@@ -17,6 +17,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from preflight import resolve_base
 IN_IMAGE_SCRIPTS = ("check_base.py", "kernels_stage.py", "write_manifest.py")
 PROJECT_FILES = ("pyproject.toml", "README.md", "overlay", "smoke_tests")
 BASE_CHECK_REPORT = "/opt/replayssm-overlay/base-check.json"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def build_wheel(python: str, wheels: Path) -> Path:
@@ -80,14 +82,23 @@ def provenance() -> dict[str, str]:
 
 
 def docker_build(context: Path, args: dict[str, str], *extra: str) -> None:
-    cmd = ["build", "--network", "none", "-f", str(DOCKER_DIR / "Dockerfile"), *extra]
+    """`docker build` with its log streamed through; a failed base check is repeated at the end."""
+    cmd = [os.environ.get("DOCKER", "docker"), "build", "--network", "none", "-f", str(DOCKER_DIR / "Dockerfile"), *extra]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
-    proc = docker(*cmd, str(context), check=False, capture=False)
-    if proc.returncode != 0:
-        raise Refusal("docker build failed; the build log above names the step (a failed base check prints "
-                      "`base-check failed [CHECK]: ...`)",
-                      "see docker/README.md, 'When the base check fails'")
+    proc = subprocess.Popen([*cmd, str(context)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    findings, collecting = [], False
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        clean = ANSI.sub("", line).rstrip()
+        collecting = clean.startswith("base-check failed [") or (collecting and not clean.startswith("The command"))
+        if collecting and clean:
+            findings.append(clean)
+    if proc.wait() != 0:
+        if findings:
+            raise Refusal("the base check refused this base:\n  " + "\n  ".join(findings[:12]),
+                          "see docker/README.md, 'When the base check fails'")
+        raise Refusal("docker build failed; the build log above names the failed step", "see the log above")
 
 
 def read_patched_files(check_image: str) -> str:
