@@ -45,7 +45,8 @@ def check_pin(base_image, base_digest, standin):
             "and build with `make -f docker/docker.mk build`")
     if standin:
         return {"kind": "stand-in", "image": base_image, "image_id": base_digest}
-    if not base_image.endswith("@" + base_digest):
+    # FROM is `repo:tag@digest`, or the tag of a loaded tarball whose image ID docker.mk checked
+    if "@" in base_image and not base_image.endswith("@" + base_digest):
         raise CheckFailed(
             "pin", f"BASE_IMAGE={base_image!r} is not pinned to BASE_DIGEST={base_digest}",
             "build with `make -f docker/docker.mk build`, which takes both from docker/base.lock")

@@ -77,7 +77,8 @@ def lane_pin(lock: dict[str, str], lane: str) -> dict[str, str]:
                       f"use CUDA_LANE={' or '.join(lanes)}, or add BASE_TAG_{lane}/BASE_DIGEST_{lane}/"
                       f"DRIVER_FLOOR_{lane} lines and run `make -f docker/docker.mk pin-base CUDA_LANE={lane}`")
     name = f"{lock['BASE_REPOSITORY']}:{lock[f'BASE_TAG_{lane}']}"
-    return {"name": name, "digest": lock[f"BASE_DIGEST_{lane}"], "lane": lane}
+    return {"name": name, "digest": lock[f"BASE_DIGEST_{lane}"], "lane": lane,
+            "image_id": lock.get(f"BASE_IMAGE_ID_{lane}", "")}
 
 
 def docker(*args: str, check: bool = True, capture: bool = True, timeout: float | None = None,

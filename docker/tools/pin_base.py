@@ -5,7 +5,9 @@ registry is reachable; it resolves BASE_REPOSITORY:BASE_TAG_<lane> to its manife
 `FROM repo:tag@digest` and `docker pull` use) with `docker buildx imagetools inspect`, falling back to
 `docker pull` + the pulled image's RepoDigests, and rewrites only that lane's BASE_DIGEST line. With
 `--digest` it records a digest obtained elsewhere (a registry UI, a mirror's manifest), after checking
-its form. Review and commit the change; every build refuses the placeholder.
+its form. It also records the base's image ID (BASE_IMAGE_ID_<lane>) when the base is on this machine,
+so that a base brought as a tarball (`docker load` drops registry digests) is recognised. Review and
+commit the change; every build refuses the placeholder.
 
     python3 docker/tools/pin_base.py [--lane L] [--digest sha256:...]
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from common import DIGEST, Refusal, docker, lane_pin, log, read_lock, run_tool, write_lock_value
+from common import DIGEST, Refusal, docker, image_id, lane_pin, log, read_lock, run_tool, write_lock_value
 
 
 def resolve_digest(name: str) -> str:
@@ -50,6 +52,14 @@ def main() -> int:
         raise Refusal(f"{digest!r} is not a sha256 digest", "a digest looks like sha256:<64 hex digits>")
     write_lock_value(f"BASE_DIGEST_{lane}", digest)
     print(f"pinned {pin['name']}@{digest} (was {pin['digest']}) in docker/base.lock; review and commit it")
+    local_id = image_id(f"{pin['name']}@{digest}") if not args.digest else None
+    if local_id:
+        write_lock_value(f"BASE_IMAGE_ID_{lane}", local_id)
+        print(f"recorded BASE_IMAGE_ID_{lane}={local_id} (recognises the base after `docker load`)")
+    else:
+        write_lock_value(f"BASE_IMAGE_ID_{lane}", "")
+        print(f"BASE_IMAGE_ID_{lane} cleared: pull the base and run pin-base again to record it (needed only "
+              "to build from a base loaded from a tarball)")
     return 0
 
 

@@ -58,16 +58,23 @@ def check_release_pin(pin: dict, base_image: str) -> str:
 
 
 def _release(pin: dict, ref: str, pull: bool) -> dict:
-    """The pinned base on this machine, or pulled after the registry answered for it."""
+    """The pinned base on this machine (by registry digest, or by the locked image ID after a
+    `docker load`, which drops registry digests), or pulled after the registry answered for it."""
     name, digest = pin["name"], pin["digest"]
     if image_id(ref) is not None:
         return {"from": ref, "name": name, "digest": digest, "standin": False}
-    if image_id(name) is not None:
+    local_id = image_id(name)
+    if local_id is not None and local_id == pin.get("image_id"):
+        log(f"{name} matches the locked image ID {local_id} (loaded from a tarball: no registry digest)")
+        return {"from": name, "name": name, "digest": digest, "standin": False}
+    if local_id is not None:
         local = docker("image", "inspect", "--format", "{{join .RepoDigests \" \"}}", name).stdout.split()
-        raise Refusal(f"mismatched digest: the local {name} is {', '.join(local) or 'unpinned (no registry digest)'}; "
-                      f"docker/base.lock pins {digest}",
-                      f"get the pinned image (`docker pull {ref}`, or `docker load` its tarball), or, if the "
-                      "lock is stale, re-pin with `make -f docker/docker.mk pin-base` and review the change")
+        raise Refusal(f"mismatched digest: the local {name} is {', '.join(local) or 'unpinned (no registry digest)'}"
+                      f" with image ID {local_id}; docker/base.lock pins {digest}"
+                      f" (image ID {pin.get('image_id') or 'not recorded'})",
+                      f"get the pinned image (`docker pull {ref}`, or `docker load` its tarball: then the lock "
+                      f"needs BASE_IMAGE_ID_{pin['lane']}, which `pin-base` records), or, if the lock is stale, "
+                      "re-pin with `make -f docker/docker.mk pin-base` and review the change")
     probe = docker("manifest", "inspect", ref, check=False, timeout=60)
     if probe.returncode != 0:
         raise Refusal(f"the base {ref} is not on this machine and the registry does not answer for it "

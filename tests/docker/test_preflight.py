@@ -4,20 +4,22 @@ a base that is neither local nor reachable in a registry. Plus `pin-base` with a
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 import time
 
 import pytest
 
-from tests.docker.conftest import make
+from tests.docker.conftest import REPO, make
 
 PINNED = "sha256:" + "ab" * 32
 
 
-def _lock(tmp_path, repository="lmsysorg/sglang", digest="sha256:UNPINNED-run-make-pin-base"):
+def _lock(tmp_path, repository="lmsysorg/sglang", digest="sha256:UNPINNED-run-make-pin-base", image_id=""):
     lock = tmp_path / "base.lock"
     lock.write_text(f"# test lock\nSGLANG_RELEASE=0.5.19\nBASE_REPOSITORY={repository}\nCUDA_LANE=cu130\n"
-                    f"BASE_TAG_cu130=v0.5.19-cu130\nBASE_DIGEST_cu130={digest}\nDRIVER_FLOOR_cu130=580.65.06\n")
+                    f"BASE_TAG_cu130=v0.5.19-cu130\nBASE_DIGEST_cu130={digest}\nBASE_IMAGE_ID_cu130={image_id}\n"
+                    "DRIVER_FLOOR_cu130=580.65.06\n")
     return lock
 
 
@@ -59,19 +61,28 @@ def test_pin_base_writes_only_that_lane_and_refuses_a_malformed_digest(tmp_path)
     before = lock.read_text()
     _refused(make(None, "pin-base", f"BASE_LOCK={lock}", "DIGEST=sha256:1234"), "is not a sha256 digest")
     assert lock.read_text() == before
-    proc = make(None, "pin-base", f"BASE_LOCK={lock}", f"DIGEST={PINNED}")
+    proc = make(None, "pin-base", f"BASE_LOCK={lock}", f"DIGEST={PINNED}", env=NO_DAEMON)
     assert proc.returncode == 0, proc.stdout
     assert lock.read_text() == before.replace("sha256:UNPINNED-run-make-pin-base", PINNED)
 
 
 @pytest.mark.slow
-def test_local_base_with_another_digest_is_refused(dockerd, standin_base, tmp_path):
-    dockerd.docker("tag", standin_base, "lmsysorg/sglang:v0.5.19-cu130")
+def test_local_base_is_accepted_by_locked_image_id_and_refused_otherwise(dockerd, standin_base, tmp_path):
+    """A base loaded from a tarball has no registry digest: the locked image ID recognises it."""
+    tag = "lmsysorg/sglang:v0.5.19-cu130"
+    dockerd.docker("tag", standin_base, tag)
+    local_id = dockerd.docker("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
     try:
         _refused(make(dockerd, "build", f"BASE_LOCK={_lock(tmp_path, digest=PINNED)}"),
-                 "mismatched digest", f"pins {PINNED}")
+                 "mismatched digest", f"pins {PINNED}", "BASE_IMAGE_ID_cu130")
+        ok = subprocess.run([sys.executable, str(REPO / "docker" / "tools" / "preflight.py"), "--no-pull"],
+                            env={**dockerd.env(), "RSO_BASE_LOCK": str(_lock(tmp_path, digest=PINNED, image_id=local_id))},
+                            capture_output=True, text=True)
+        assert ok.returncode == 0, ok.stderr
+        assert f"release base {tag} {PINNED}" in ok.stdout
+        assert "matches the locked image ID" in ok.stderr
     finally:
-        dockerd.docker("rmi", "lmsysorg/sglang:v0.5.19-cu130")
+        dockerd.docker("rmi", tag)
 
 
 @pytest.mark.slow
