@@ -54,6 +54,12 @@ def sglang_tree(tmp_path, pristine_files) -> pathlib.Path:
     return root
 
 
-def snapshot(sglang_dir: pathlib.Path) -> dict:
+def read_tree(sglang_dir: pathlib.Path) -> dict:
     """relpath -> bytes (None if absent) of the three target files."""
     return {rel: (sglang_dir / rel).read_bytes() if (sglang_dir / rel).exists() else None for rel in TARGET_FILES}
+
+
+@pytest.fixture
+def snapshot():
+    """`snapshot(sglang_dir)`: relpath -> bytes (None if absent) of the three target files."""
+    return read_tree
