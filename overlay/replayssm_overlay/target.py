@@ -38,9 +38,8 @@ def find_sglang_dir(explicit=None) -> pathlib.Path:
 
 def declared_version(sglang_dir: pathlib.Path):
     """The version the installation claims (dist-info beside it, else sglang/_version.py), or None."""
-    for dist in importlib.metadata.distributions(path=[str(sglang_dir.parent)]):
-        if (dist.metadata["Name"] or "").lower() == "sglang":
-            return dist.version
+    for dist in importlib.metadata.distributions(name="sglang", path=[str(sglang_dir.parent)]):
+        return dist.version
     return _version_from_source(sglang_dir / "_version.py")
 
 

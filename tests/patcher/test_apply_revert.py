@@ -153,15 +153,15 @@ def test_allow_unverified_still_refuses_a_file_without_its_hook_point(sglang_tre
 
 def test_a_failed_write_restores_the_files_written_before_it(sglang_tree, monkeypatch):
     """Fault injection: a disk that fails on the third file cannot be produced on demand here, so the
-    atomic writer is made to fail for that one path."""
-    real_write = store.atomic_write
+    module writer is made to fail for that one path."""
+    real_write = store.write_module
 
     def failing_write(path, data):
         if path == sglang_tree / DSPARK_WORKER:
             raise OSError(28, "No space left on device")
         real_write(path, data)
 
-    monkeypatch.setattr(store, "atomic_write", failing_write)
+    monkeypatch.setattr(store, "write_module", failing_write)
     with pytest.raises(OverlayError, match="restored srt/speculative/dflash_worker_v2.py"):
         patcher.apply(sglang_tree)
     assert sha_of(sglang_tree) == RELEASES["0.5.19"]
@@ -190,3 +190,16 @@ def test_verify_notices_a_damaged_record(sglang_tree):
     # revert does not trust a bad copy: it rebuilds the pristine bytes and checks them against the table
     patcher.revert(sglang_tree)
     assert sha_of(sglang_tree) == RELEASES["0.5.19"]
+
+
+def test_writes_keep_permissions_and_drop_stale_bytecode(sglang_tree):
+    path = sglang_tree / DFLASH_WORKER
+    path.chmod(0o640)
+    cached = path.parent / "__pycache__" / f"{path.stem}.cpython-311.pyc"
+    cached.parent.mkdir()
+    cached.write_bytes(b"stale bytecode of the pristine module")
+    patcher.apply(sglang_tree)
+    assert path.stat().st_mode & 0o777 == 0o640 and not cached.exists()
+    cached.write_bytes(b"stale bytecode of the patched module")
+    patcher.revert(sglang_tree)
+    assert path.stat().st_mode & 0o777 == 0o640 and not cached.exists()

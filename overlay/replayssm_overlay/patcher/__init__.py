@@ -102,7 +102,7 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
             store.save_pristine_copy(tree.sglang_dir, f.relpath, f.base)
         for f in tree.files:
             if f.relpath in patched:
-                store.atomic_write(f.path, patched[f.relpath])
+                store.write_module(f.path, patched[f.relpath])
                 written.append(f)
         store.write_manifest(tree.sglang_dir, manifest)
     except OSError as err:
@@ -183,7 +183,7 @@ def revert(sglang_dir) -> dict:
     written = []
     try:
         for f, data in restores:
-            store.atomic_write(f.path, data)
+            store.write_module(f.path, data)
             written.append(f)
     except OSError as err:
         restored = _restore_written(written)
@@ -308,7 +308,7 @@ def _restore_written(written: list) -> list:
     outcomes = []
     for f in reversed(written):
         try:
-            store.atomic_write(f.path, f.data)
+            store.write_module(f.path, f.data)
             outcomes.append(f"restored {f.relpath} to its previous bytes")
         except OSError as err:
             outcomes.append(f"COULD NOT restore {f.relpath} ({err}); reinstall SGLang")

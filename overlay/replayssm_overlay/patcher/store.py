@@ -106,6 +106,15 @@ def atomic_write(path: pathlib.Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def write_module(path: pathlib.Path, data: bytes) -> None:
+    """Atomically replace module file `path`, then delete its cached bytecode, so Python compiles the
+    bytes now on disk even where the cache is not checked against the source (pycs built with
+    `--invalidation-mode unchecked-hash`)."""
+    atomic_write(path, data)
+    for cached in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+        cached.unlink(missing_ok=True)
+
+
 def _fsync_dir(directory: pathlib.Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
