@@ -174,8 +174,12 @@ def _status(args) -> int:
     result = patcher.status(_target(args))
     kernels = ", ".join(f"{k}={v}" for k, v in result["kernels"].items())
     rows = [("FILE", "STATE", "RELEASE", "SHA256")] + [
-        (f["relpath"], f["state"] + (" (unverified)" if f["unverified"] else ""), f["release"] or "-",
-         (f["sha256"] or "-")[:16])
+        (
+            f["relpath"],
+            f["state"] + (" (unverified)" if f["unverified"] else ""),
+            f["release"] or "-",
+            (f["sha256"] or "-")[:16],
+        )
         for f in result["files"]
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -199,7 +203,9 @@ def _target(args):
 def _file_actions(result: dict) -> str:
     lines = [f"{result['message']} ({result['sglang_dir']})"]
     for f in result["files"]:
-        lines.append(f"  {f['action']:<30} {f['relpath']}" + (f"  [from {f['source']}]" if f.get("source") else ""))
+        lines.append(
+            f"  {f['action']:<30} {f['relpath']}" + (f"  [from {f['source']}]" if f.get("source") else "")
+        )
     return "\n".join(lines)
 
 

@@ -36,7 +36,17 @@ def files_0518() -> dict:
     if not wheels:
         WHEEL_DIR.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "sglang==0.5.18", "-d", str(WHEEL_DIR)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "sglang==0.5.18",
+                "-d",
+                str(WHEEL_DIR),
+            ],
             check=True,
         )
         wheels = sorted(WHEEL_DIR.glob("sglang-0.5.18-*.whl"))
@@ -56,7 +66,9 @@ def sglang_tree(tmp_path, pristine_files) -> pathlib.Path:
 
 def read_tree(sglang_dir: pathlib.Path) -> dict:
     """relpath -> bytes (None if absent) of the three target files."""
-    return {rel: (sglang_dir / rel).read_bytes() if (sglang_dir / rel).exists() else None for rel in TARGET_FILES}
+    return {
+        rel: (sglang_dir / rel).read_bytes() if (sglang_dir / rel).exists() else None for rel in TARGET_FILES
+    }
 
 
 @pytest.fixture

@@ -184,7 +184,9 @@ def test_verify_notices_a_damaged_record(sglang_tree):
     patcher.apply(sglang_tree)
     store.pristine_copy_path(sglang_tree, DFLASH_WORKER).write_bytes(b"not the pristine file\n")
     problems = patcher.verify(sglang_tree)["problems"]
-    assert problems == [f"{DFLASH_WORKER}: the saved pristine copy is missing or differs from the pristine base"]
+    assert problems == [
+        f"{DFLASH_WORKER}: the saved pristine copy is missing or differs from the pristine base"
+    ]
     store.manifest_path(sglang_tree).write_text("{")
     assert "is unreadable" in patcher.verify(sglang_tree)["problems"][0]
     # revert does not trust a bad copy: it rebuilds the pristine bytes and checks them against the table

@@ -32,7 +32,9 @@ def test_every_subcommand_has_help_and_json(capsys):
             main([command, "--help"])
         assert done.value.code == 0
         out = capsys.readouterr().out
-        assert "--json" in out and "--sglang-dir" in out and len(out.split("\n\n")[1]) > 40  # a real description
+        assert (
+            "--json" in out and "--sglang-dir" in out and len(out.split("\n\n")[1]) > 40
+        )  # a real description
         assert ("files[]" in out) == (command == "status")  # status documents its JSON schema
 
 
@@ -86,10 +88,15 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 
 
 def test_python_dash_m_runs_the_same_command(sglang_tree):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("overlay", "smoke_tests", ".")))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("overlay", "smoke_tests", "."))
+    )
     done = subprocess.run(
         [sys.executable, "-m", "replayssm_overlay", "status", "--json", "--sglang-dir", str(sglang_tree)],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "pristine"

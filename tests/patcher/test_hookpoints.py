@@ -47,10 +47,18 @@ def test_configurator_guard_asks_the_hook_after_the_stock_condition(pristine_fil
 @pytest.mark.parametrize(
     "relpath,class_name,method_name,call",
     [
-        (DFLASH_WORKER, "DFlashWorkerV2", "_update_target_mamba_state_after_verify",
-         "_rso_hooks.dflash_commit(self, batch, seq_lens_pre_verify, commit_lens)"),
-        (DSPARK_WORKER, "DSparkWorkerV2", "_commit_target_mamba_states_after_verify",
-         "_rso_hooks.dspark_commit(self, batch, seq_lens_pre_verify, seq_lens_post_verify, commit_lens)"),
+        (
+            DFLASH_WORKER,
+            "DFlashWorkerV2",
+            "_update_target_mamba_state_after_verify",
+            "_rso_hooks.dflash_commit(self, batch, seq_lens_pre_verify, commit_lens)",
+        ),
+        (
+            DSPARK_WORKER,
+            "DSparkWorkerV2",
+            "_commit_target_mamba_states_after_verify",
+            "_rso_hooks.dspark_commit(self, batch, seq_lens_pre_verify, seq_lens_post_verify, commit_lens)",
+        ),
     ],
 )
 def test_commit_hook_runs_first_after_the_docstring(relpath, class_name, method_name, call, pristine_files):
@@ -108,10 +116,17 @@ def _rename(name: bytes, new: bytes):
 @pytest.mark.parametrize(
     "relpath,edit,message",
     [
-        (DFLASH_WORKER, _rename(b"def _update_target_mamba_state_after_verify(", b"def _renamed("),
-         "DFlashWorkerV2._update_target_mamba_state_after_verify"),
+        (
+            DFLASH_WORKER,
+            _rename(b"def _update_target_mamba_state_after_verify(", b"def _renamed("),
+            "DFlashWorkerV2._update_target_mamba_state_after_verify",
+        ),
         (DSPARK_WORKER, _rename(b"class DSparkWorkerV2(", b"class Renamed("), "class DSparkWorkerV2"),
-        (DFLASH_WORKER, _extra_parameter, "expected parameters (self, batch, seq_lens_pre_verify, commit_lens)"),
+        (
+            DFLASH_WORKER,
+            _extra_parameter,
+            "expected parameters (self, batch, seq_lens_pre_verify, commit_lens)",
+        ),
         (CONFIGURATOR, _rename(b"(kimi_linear) model;", b"(other) model;"), "raises the KDA-only error"),
     ],
 )

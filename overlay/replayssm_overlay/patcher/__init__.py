@@ -76,7 +76,9 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
         "files": [
             {
                 "relpath": f.relpath,
-                "action": ("would patch" if dry_run else "patched") if f.relpath in patched else "already patched",
+                "action": (
+                    ("would patch" if dry_run else "patched") if f.relpath in patched else "already patched"
+                ),
                 "sha256_before": manifest["files"][f.relpath]["sha256_before"],
                 "sha256_after": manifest["files"][f.relpath]["sha256_after"],
             }
@@ -88,7 +90,8 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
     if dry_run:
         result["message"] = (
             f"dry run: would patch {len(patched)} file(s); every file and hook point checks out"
-            if patched else "dry run: already patched; nothing to do"
+            if patched
+            else "dry run: already patched; nothing to do"
         )
         return result
     if not patched and record_current:
@@ -115,7 +118,8 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
         ) from err
     result["message"] = (
         f"patched {len(patched)} file(s) of SGLang {tree.release or '(unverified)'}"
-        if patched else "already patched; the manifest and pristine copies were rewritten"
+        if patched
+        else "already patched; the manifest and pristine copies were rewritten"
     )
     return result
 
@@ -128,21 +132,31 @@ def verify(sglang_dir, *, allow_unverified=False) -> dict:
     if tree.manifest_problem:
         problems.append(tree.manifest_problem)
     elif manifest is None:
-        problems.append(f"no manifest at {store.manifest_path(tree.sglang_dir)}: the overlay is not applied here")
+        problems.append(
+            f"no manifest at {store.manifest_path(tree.sglang_dir)}: the overlay is not applied here"
+        )
     for f in tree.files:
         if f.state != PATCHED:
             problems.append(f"{f.relpath}: {f.state}: {f.detail}")
             continue
         if f.unverified and not allow_unverified:
-            problems.append(f"{f.relpath}: patched over an unverified base; pass --allow-unverified to accept it")
+            problems.append(
+                f"{f.relpath}: patched over an unverified base; pass --allow-unverified to accept it"
+            )
         copy = store.read_pristine_copy(tree.sglang_dir, f.relpath)
         if copy is None or store.sha256(copy) != f.base_sha256:
-            problems.append(f"{f.relpath}: the saved pristine copy is missing or differs from the pristine base")
+            problems.append(
+                f"{f.relpath}: the saved pristine copy is missing or differs from the pristine base"
+            )
         recorded = (manifest or {}).get("files", {}).get(f.relpath)
         if manifest is not None and recorded != _manifest_entry(f, f.data):
-            problems.append(f"{f.relpath}: the manifest records {recorded}, the file is {_manifest_entry(f, f.data)}")
+            problems.append(
+                f"{f.relpath}: the manifest records {recorded}, the file is {_manifest_entry(f, f.data)}"
+            )
     if manifest is not None and manifest.get("release") != tree.release:
-        problems.append(f"the manifest records release {manifest.get('release')}, the files are {tree.release}")
+        problems.append(
+            f"the manifest records release {manifest.get('release')}, the files are {tree.release}"
+        )
     return {
         "action": "verify",
         "ok": not problems,
@@ -162,11 +176,15 @@ def revert(sglang_dir) -> dict:
         if f.state == MISSING:
             refusals.append(_missing_refusal(f))
         elif f.sha256 == f.base_sha256:
-            actions[f.relpath] = ("already pristine", None) if f.state == PRISTINE else ("left as is: no overlay lines", None)
+            actions[f.relpath] = (
+                ("already pristine", None) if f.state == PRISTINE else ("left as is: no overlay lines", None)
+            )
         elif f.recoverable:
             copy = store.read_pristine_copy(tree.sglang_dir, f.relpath)
-            source = "saved pristine copy" if copy is not None and store.sha256(copy) == f.base_sha256 else (
-                "the file with the overlay's marked lines removed"
+            source = (
+                "saved pristine copy"
+                if copy is not None and store.sha256(copy) == f.base_sha256
+                else ("the file with the overlay's marked lines removed")
             )
             restores.append((f, copy if source == "saved pristine copy" else f.base))
             actions[f.relpath] = ("restored", source)
@@ -201,7 +219,9 @@ def revert(sglang_dir) -> dict:
         "files": [
             {"relpath": rel, "action": action, "source": source} for rel, (action, source) in actions.items()
         ],
-        "message": f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert",
+        "message": (
+            f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert"
+        ),
     }
 
 
@@ -283,7 +303,8 @@ class _Tree:
 
     def manifest_matches(self, manifest: dict) -> bool:
         return self.manifest is not None and all(
-            self.manifest.get(key) == manifest[key] for key in ("release", "files", "unverified", "sglang_dir")
+            self.manifest.get(key) == manifest[key]
+            for key in ("release", "files", "unverified", "sglang_dir")
         )
 
     def pristine_copies_match(self) -> bool:

@@ -62,20 +62,49 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
     if not has_marks(data):
         releases = frozenset(releases_with(relpath, current))
         if releases:
-            return FileState(relpath, path, PRISTINE, current, current, releases, recoverable=True, data=data,
-                             detail=f"pristine SGLang {_one_release(releases)}")
-        return FileState(relpath, path, UNKNOWN, current, current, data=data,
-                         detail="content matches no known SGLang release")
+            return FileState(
+                relpath,
+                path,
+                PRISTINE,
+                current,
+                current,
+                releases,
+                recoverable=True,
+                data=data,
+                detail=f"pristine SGLang {_one_release(releases)}",
+            )
+        return FileState(
+            relpath,
+            path,
+            UNKNOWN,
+            current,
+            current,
+            data=data,
+            detail="content matches no known SGLang release",
+        )
     base = unpatch_source(data)
     base_sha = sha256(base)
     releases = frozenset(releases_with(relpath, base_sha))
     recorded = ((manifest or {}).get("files") or {}).get(relpath) or {}
-    unverified = not releases and recorded.get("sha256_before") == base_sha and bool(recorded.get("unverified"))
-    state = FileState(relpath, path, UNKNOWN, current, base_sha, releases, unverified,
-                      recoverable=bool(releases) or unverified, data=data)
+    unverified = (
+        not releases and recorded.get("sha256_before") == base_sha and bool(recorded.get("unverified"))
+    )
+    state = FileState(
+        relpath,
+        path,
+        UNKNOWN,
+        current,
+        base_sha,
+        releases,
+        unverified,
+        recoverable=bool(releases) or unverified,
+        data=data,
+    )
     if not state.recoverable:
-        state.detail = ("carries replayssm-overlay lines, but without them it matches no known release "
-                        "and no manifest recorded it")
+        state.detail = (
+            "carries replayssm-overlay lines, but without them it matches no known release "
+            "and no manifest recorded it"
+        )
         return state
     try:
         exact = patch_source(relpath, base) == data
@@ -83,11 +112,16 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
         exact = False
     if exact:
         state.state = PATCHED
-        state.detail = (f"patched over SGLang {_one_release(releases)}" if releases
-                        else "patched over an unverified base (--allow-unverified)")
+        state.detail = (
+            f"patched over SGLang {_one_release(releases)}"
+            if releases
+            else "patched over an unverified base (--allow-unverified)"
+        )
     else:
-        state.detail = ("carries replayssm-overlay lines that differ from what this overlay version "
-                        "writes; its pristine base is intact")
+        state.detail = (
+            "carries replayssm-overlay lines that differ from what this overlay version "
+            "writes; its pristine base is intact"
+        )
     return state
 
 

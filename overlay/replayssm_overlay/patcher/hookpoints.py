@@ -75,7 +75,9 @@ def commit_hook_insertions(tree, lines, class_name, method_name, params, hook_na
         )
     body = method.body[1:] if _is_docstring(method.body[0]) else method.body
     if not body:
-        raise HookPointError(f"{class_name}.{method_name}: the method has no statement to insert the hook before")
+        raise HookPointError(
+            f"{class_name}.{method_name}: the method has no statement to insert the hook before"
+        )
     first = body[0]
     indent = _own_line_indent(lines, first, f"the first statement of {class_name}.{method_name}")
     def_indent = _own_line_indent(lines, method, f"def {method_name}")
@@ -149,7 +151,9 @@ def _raises_kda_only_error(node: ast.If) -> bool:
 
 def _is_docstring(stmt) -> bool:
     return (
-        isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
     )
 
 
@@ -163,7 +167,9 @@ def _own_line_indent(lines: list, stmt, what: str) -> bytes:
     lineno = _first_line(stmt)
     line = lines[lineno - 1]
     indent = line[: len(line) - len(line.lstrip(b" \t"))]
-    starts_here = line[len(indent) :].startswith(b"@") if lineno != stmt.lineno else stmt.col_offset == len(indent)
+    starts_here = (
+        line[len(indent) :].startswith(b"@") if lineno != stmt.lineno else stmt.col_offset == len(indent)
+    )
     if not starts_here:
         raise HookPointError(f"{what} does not start its own line")
     return indent

@@ -126,4 +126,3 @@ def _fsync_dir(directory: pathlib.Path) -> None:
         pass
     finally:
         os.close(fd)
-
