@@ -205,3 +205,18 @@ def test_writes_keep_permissions_and_drop_stale_bytecode(sglang_tree):
     cached.write_bytes(b"stale bytecode of the patched module")
     patcher.revert(sglang_tree)
     assert path.stat().st_mode & 0o777 == 0o640 and not cached.exists()
+
+
+def test_lines_from_another_overlay_version_are_reverted_not_overwritten(sglang_tree, snapshot):
+    """A file whose marked lines differ from what this version writes (an older overlay's hook call) is
+    refused by apply, and revert restores its pristine bytes because only marked lines differ."""
+    patcher.apply(sglang_tree)
+    path = sglang_tree / DFLASH_WORKER
+    path.write_bytes(path.read_bytes().replace(b"_rso_hooks.dflash_commit(", b"_rso_hooks.old_dflash_commit("))
+    assert patcher.status(sglang_tree)["files"][1]["state"] == "unknown"
+    before = snapshot(sglang_tree)
+    with pytest.raises(OverlayError, match="Run `replayssm-overlay revert` first"):
+        patcher.apply(sglang_tree)
+    assert snapshot(sglang_tree) == before
+    patcher.revert(sglang_tree)
+    assert sha_of(sglang_tree) == RELEASES["0.5.19"]

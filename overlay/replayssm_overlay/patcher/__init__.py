@@ -49,7 +49,15 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
                 )
             f.unverified = f.state != PRISTINE
         elif f.sha256 != f.base_sha256:
-            refusals.append(f"{f.relpath}: {f.detail}. Run `replayssm-overlay revert` first, then apply")
+            refusals.append(
+                f"{f.relpath}: {f.detail}. "
+                + (
+                    "Run `replayssm-overlay revert` first, then apply"
+                    if f.recoverable
+                    else "Reinstall SGLang's pristine file (pip install --force-reinstall --no-deps "
+                    "sglang==<release>), then apply"
+                )
+            )
         else:
             refusals.append(_unknown_refusal(f, tree.declared))
     if not refusals and tree.release is None and any(f.releases for f in tree.files):

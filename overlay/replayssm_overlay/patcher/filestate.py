@@ -54,36 +54,25 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
     path = sglang_dir / relpath
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         return FileState(relpath, path, MISSING, detail="the file does not exist")
-    except IsADirectoryError:
-        return FileState(relpath, path, MISSING, detail="a directory stands where the file should be")
     current = sha256(data)
     if not has_marks(data):
         releases = frozenset(releases_with(relpath, current))
-        if releases:
-            return FileState(
-                relpath,
-                path,
-                PRISTINE,
-                current,
-                current,
-                releases,
-                recoverable=True,
-                data=data,
-                detail=f"pristine SGLang {_one_release(releases)}",
-            )
         return FileState(
             relpath,
             path,
-            UNKNOWN,
-            current,
-            current,
+            PRISTINE if releases else UNKNOWN,
+            sha256=current,
+            base_sha256=current,
+            releases=releases,
+            recoverable=bool(releases),
             data=data,
-            detail="content matches no known SGLang release",
+            detail=(
+                f"pristine SGLang {_one_release(releases)}" if releases else "matches no known SGLang release"
+            ),
         )
-    base = unpatch_source(data)
-    base_sha = sha256(base)
+    base_sha = sha256(unpatch_source(data))
     releases = frozenset(releases_with(relpath, base_sha))
     recorded = ((manifest or {}).get("files") or {}).get(relpath) or {}
     unverified = (
@@ -93,21 +82,21 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
         relpath,
         path,
         UNKNOWN,
-        current,
-        base_sha,
-        releases,
-        unverified,
+        sha256=current,
+        base_sha256=base_sha,
+        releases=releases,
+        unverified=unverified,
         recoverable=bool(releases) or unverified,
         data=data,
-    )
-    if not state.recoverable:
-        state.detail = (
+        detail=(
             "carries replayssm-overlay lines, but without them it matches no known release "
             "and no manifest recorded it"
-        )
+        ),
+    )
+    if not state.recoverable:
         return state
     try:
-        exact = patch_source(relpath, base) == data
+        exact = patch_source(relpath, state.base) == data
     except HookPointError:
         exact = False
     if exact:
