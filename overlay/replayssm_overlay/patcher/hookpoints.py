@@ -70,8 +70,7 @@ def commit_hook_insertions(tree, lines, class_name, method_name, params, hook_na
     names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
     if names != list(params) or args.vararg or args.kwarg:
         raise HookPointError(
-            f"{class_name}.{method_name}: expected parameters ({', '.join(params)}), found "
-            f"({', '.join(names + (['*' + args.vararg.arg] if args.vararg else []) + (['**' + args.kwarg.arg] if args.kwarg else []))})"
+            f"{class_name}.{method_name}: expected parameters ({', '.join(params)}), found ({_signature(args)})"
         )
     body = method.body[1:] if _is_docstring(method.body[0]) else method.body
     if not body:
@@ -147,6 +146,21 @@ def _raises_kda_only_error(node: ast.If) -> bool:
         c.value for c in ast.walk(exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)
     )
     return all(word in text for word in KDA_ERROR_WORDS)
+
+
+def _signature(args: ast.arguments) -> str:
+    """The parameter names as written (`self, *, batch, ...`), annotations and defaults left out."""
+    parts = (
+        [a.arg for a in args.posonlyargs] + (["/"] if args.posonlyargs else []) + [a.arg for a in args.args]
+    )
+    if args.vararg:
+        parts.append("*" + args.vararg.arg)
+    elif args.kwonlyargs:
+        parts.append("*")
+    parts += [a.arg for a in args.kwonlyargs]
+    if args.kwarg:
+        parts.append("**" + args.kwarg.arg)
+    return ", ".join(parts)
 
 
 def _is_docstring(stmt) -> bool:
