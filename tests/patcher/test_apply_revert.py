@@ -212,7 +212,9 @@ def test_lines_from_another_overlay_version_are_reverted_not_overwritten(sglang_
     refused by apply, and revert restores its pristine bytes because only marked lines differ."""
     patcher.apply(sglang_tree)
     path = sglang_tree / DFLASH_WORKER
-    path.write_bytes(path.read_bytes().replace(b"_rso_hooks.dflash_commit(", b"_rso_hooks.old_dflash_commit("))
+    path.write_bytes(
+        path.read_bytes().replace(b"_rso_hooks.dflash_commit(", b"_rso_hooks.old_dflash_commit(")
+    )
     assert patcher.status(sglang_tree)["files"][1]["state"] == "unknown"
     before = snapshot(sglang_tree)
     with pytest.raises(OverlayError, match="Run `replayssm-overlay revert` first"):

@@ -105,6 +105,20 @@ def _extra_parameter(data: bytes) -> bytes:
     return _insert_after(data, method.args.kwonlyargs[-1], b", extra=None")
 
 
+def _without_kda_words(data: bytes) -> bytes:
+    return data.replace(b"KDA", b"XYZ").replace(b"kimi_linear", b"other")
+
+
+def _second_guard(data: bytes) -> bytes:
+    """A second `if` raising a KDA error in the same method: ambiguous, so refused."""
+    method = _method_node(data, "KVCacheConfigurator", "_build_hybrid_req_pool")
+    first = method.body[0]
+    indent = b" " * first.col_offset
+    return _insert_after(
+        data, first, b"\n" + indent + b"if False:\n" + indent + b"    raise ValueError('KDA')"
+    )
+
+
 def _rename(name: bytes, new: bytes):
     def edit(data: bytes) -> bytes:
         assert data.count(name) == 1, "the test's edit must hit exactly one place"
@@ -127,7 +141,16 @@ def _rename(name: bytes, new: bytes):
             _extra_parameter,
             "expected parameters (self, batch, seq_lens_pre_verify, commit_lens)",
         ),
-        (CONFIGURATOR, _rename(b"(kimi_linear) model;", b"(other) model;"), "raises the KDA-only error"),
+        (
+            CONFIGURATOR,
+            _without_kda_words,
+            "raises the KDA-only error (a message naming KDA or kimi_linear), found 0",
+        ),
+        (
+            CONFIGURATOR,
+            _second_guard,
+            "raises the KDA-only error (a message naming KDA or kimi_linear), found 2",
+        ),
     ],
 )
 def test_missing_or_changed_hook_point_is_refused(relpath, edit, message, pristine_files):

@@ -22,7 +22,8 @@ from replayssm_overlay.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKE
 
 IMPORT_HOOKS = b"from replayssm_overlay import hooks as _rso_hooks"
 GUARD_HOOK = b"_rso_hooks.keep_kda_only_guard(self)"
-# Words of SGLang's KDA-only refusal message that identify the guard (with the `raise` that is its body).
+# The guard is the `if` whose whole body raises an error whose message names one of these words
+# (0.5.19 says "KDA (kimi_linear)", 0.5.23 only "KDA"); more than one such `if` is refused as ambiguous.
 KDA_ERROR_WORDS = ("KDA", "kimi_linear")
 
 
@@ -44,7 +45,7 @@ def configurator_insertions(tree: ast.Module, lines: list) -> list:
     if len(guards) != 1:
         raise HookPointError(
             f"KVCacheConfigurator._build_hybrid_req_pool: expected exactly one `if` whose body raises the "
-            f"KDA-only error (a message naming {' / '.join(KDA_ERROR_WORDS)}), found {len(guards)}"
+            f"KDA-only error (a message naming {' or '.join(KDA_ERROR_WORDS)}), found {len(guards)}"
         )
     guard = guards[0]
     test = guard.test
@@ -145,7 +146,7 @@ def _raises_kda_only_error(node: ast.If) -> bool:
     text = " ".join(
         c.value for c in ast.walk(exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)
     )
-    return all(word in text for word in KDA_ERROR_WORDS)
+    return any(word in text for word in KDA_ERROR_WORDS)
 
 
 def _signature(args: ast.arguments) -> str:
