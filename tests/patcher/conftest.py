@@ -48,6 +48,7 @@ def files_0518() -> dict:
                 str(WHEEL_DIR),
             ],
             check=True,
+            timeout=600,
         )
         wheels = sorted(WHEEL_DIR.glob("sglang-0.5.18-*.whl"))
     with zipfile.ZipFile(wheels[0]) as wheel:

@@ -22,12 +22,17 @@ print("keep_kda_only_guard" in KVCacheConfigurator._build_hybrid_req_pool.__code
 
 def test_patched_copy_of_installed_sglang_imports(installed_sglang_dir, tmp_path):
     copy = tmp_path / "site" / "sglang"
-    shutil.copytree(installed_sglang_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    assert patcher.apply(copy)["changed"]
-    assert patcher.verify(copy)["ok"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy.parent), str(REPO / "overlay")]))
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    module_file, hooked = done.stdout.split()[-2:]
-    assert pathlib.Path(module_file) == copy / "__init__.py"
-    assert hooked == "True"
+    try:
+        shutil.copytree(installed_sglang_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        assert patcher.apply(copy)["changed"]
+        assert patcher.verify(copy)["ok"]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy.parent), str(REPO / "overlay")]))
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        module_file, hooked = done.stdout.split()[-2:]
+        assert pathlib.Path(module_file) == copy / "__init__.py"
+        assert hooked == "True"
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)  # 160 MB; pytest would keep it for three runs
