@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     except SmokeEnvironmentError as exc:
         body = {"passed": False, "exit_code": exc.exit_code, "error": {"what": exc.what, "fix": exc.fix},
                 "target": {"url": args.target}, "gates": []}
-        print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
+        if args.json:  # the table on stdout carries the message otherwise
+            print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
     doc = {"schema": report.SCHEMA, "tool_version": __version__,
            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
            "duration_s": round(time.time() - started, 3), **body}

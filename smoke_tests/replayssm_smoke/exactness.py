@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import httpclient
 from .errors import SmokeEnvironmentError
 from .runner import Deadline, Generation, malformed
 
@@ -50,7 +49,7 @@ def teacher_force(url: str, gen: Generation, top_k: int, tie_margin: float, dead
         "logprob_start_len": n_prompt - 1,
         "top_logprobs_num": top_k,
     }
-    answer = httpclient.post_json(url + "/generate", payload, deadline.timeout())
+    answer = deadline.post_json(url + "/generate", payload)
     meta = answer.get("meta_info") if isinstance(answer, dict) else None
     tops = meta.get("input_top_logprobs") if isinstance(meta, dict) else None
     toks = meta.get("input_token_logprobs") if isinstance(meta, dict) else None

@@ -22,6 +22,14 @@ class HttpStatusError(SmokeEnvironmentError):
         self.status = status
 
 
+class RequestTimeout(SmokeEnvironmentError):
+    """No answer within the request's timeout."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        super().__init__(f"{url} did not answer within {timeout:.1f} s",
+                         "raise --timeout (per request) or --deadline (whole run) for a slow server")
+
+
 def _request(url: str, data: bytes | None, timeout: float) -> bytes:
     headers = {"Content-Type": "application/json"} if data is not None else {}
     req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data is not None else "GET")
@@ -31,8 +39,12 @@ def _request(url: str, data: bytes | None, timeout: float) -> bytes:
     except urllib.error.HTTPError as exc:
         body = exc.read().decode("utf-8", errors="replace") if exc.fp else ""
         raise HttpStatusError(url, exc.code, body) from None
-    except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, OSError) as exc:
+    except (socket.timeout, TimeoutError) as exc:
+        raise RequestTimeout(url, timeout) from exc
+    except (urllib.error.URLError, ConnectionError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            raise RequestTimeout(url, timeout) from None
         raise SmokeEnvironmentError(
             f"cannot reach {url}: {reason}",
             "check the URL and that the server is up (curl URL/health); raise --timeout for slow servers",

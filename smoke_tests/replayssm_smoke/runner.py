@@ -27,9 +27,21 @@ class Deadline:
     def timeout(self) -> float:
         left = self.end - time.monotonic()
         if left <= 0:
-            raise SmokeEnvironmentError(f"the run exceeded its deadline of {self.total_s:.0f} s",
-                                        "raise --deadline, lower --max-new-tokens, or use fewer prompts")
+            raise self._expired()
         return min(self.request_timeout_s, left)
+
+    def _expired(self) -> SmokeEnvironmentError:
+        return SmokeEnvironmentError(f"the run exceeded its deadline of {self.total_s:g} s",
+                                     "raise --deadline, lower --max-new-tokens, or use fewer prompts")
+
+    def post_json(self, url: str, payload: dict):
+        """POST with the request timeout cut to the run's remaining time."""
+        try:
+            return httpclient.post_json(url, payload, self.timeout())
+        except httpclient.RequestTimeout:
+            if time.monotonic() >= self.end:
+                raise self._expired() from None
+            raise
 
 
 @dataclass
@@ -63,7 +75,7 @@ def generate(url: str, prompt: Prompt, deadline: Deadline) -> Generation:
         "rid": f"replayssm-smoke-{prompt.id}-{time.time_ns()}",
     }
     tic = time.monotonic()
-    out = httpclient.post_json(url + "/generate", payload, deadline.timeout())
+    out = deadline.post_json(url + "/generate", payload)
     wall = time.monotonic() - tic
     if not isinstance(out, dict):
         raise malformed(url, f"expected a JSON object, got {type(out).__name__}")

@@ -64,6 +64,9 @@ def wait_healthy(url: str, wait_s: float, timeout: float, progress) -> None:
         status = httpclient.get_status(url + "/health", timeout)
         if status == 200:
             return
+        if status == 404:
+            raise SmokeEnvironmentError(f"{url} has no /health endpoint: not an SGLang server",
+                                        "point the URL at the SGLang HTTP port (python -m sglang.launch_server --port)")
         if time.monotonic() >= deadline:
             if status == 0:
                 raise SmokeEnvironmentError(f"cannot reach {url}/health",
