@@ -13,18 +13,28 @@ import pytest
 DOUBLE = pathlib.Path(__file__).resolve().parents[1] / "doubles" / "sglang_server.py"
 
 
+SPECULATIVE = ("--speculative-algorithm", "DFLASH", "--enable-linear-replayssm-spec")
+
+
 @pytest.fixture
 def double():
-    """double(*flags) -> base URL of a fresh stand-in server; every one is stopped at teardown."""
+    """double(*flags, spec=True, metrics=True) -> base URL of a fresh stand-in server.
+
+    spec=False is a server without speculation (a reference); every server is stopped at teardown.
+    """
     procs: list[subprocess.Popen] = []
 
-    def start(*flags: str) -> str:
-        proc = subprocess.Popen([sys.executable, str(DOUBLE), "--host", "127.0.0.1", "--port", "0", "--quiet", *flags],
+    def start(*flags: str, spec: bool = True, metrics: bool = True) -> str:
+        argv = [*(SPECULATIVE if spec else ()), *(("--enable-metrics",) if metrics else ()), *flags]
+        proc = subprocess.Popen([sys.executable, str(DOUBLE), "--host", "127.0.0.1", "--port", "0", "--quiet", *argv],
                                 stderr=subprocess.PIPE, text=True)
         procs.append(proc)
-        first = proc.stderr.readline()  # "double: serving on http://127.0.0.1:PORT pid N"
-        assert "serving on" in first, f"the double did not start: {first!r}"
-        return first.split("serving on ", 1)[1].split()[0]
+        seen = []
+        for line in proc.stderr:  # up to "double: serving on http://127.0.0.1:PORT pid N"
+            seen.append(line)
+            if "serving on" in line:
+                return line.split("serving on ", 1)[1].split()[0]
+        raise AssertionError(f"the double did not start: {''.join(seen)!r}")
 
     yield start
     for proc in procs:

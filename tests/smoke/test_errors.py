@@ -39,7 +39,7 @@ def test_unreachable_server_exits_2_from_the_console_entry(tmp_path):
 
 
 def test_non_speculative_server(double, smoke):
-    _assert_env_error(*smoke("--target", double("--algorithm", "NONE")), "without speculative decoding")
+    _assert_env_error(*smoke("--target", double(spec=False)), "without speculative decoding")
 
 
 def test_malformed_generate_response(double, smoke):

@@ -8,7 +8,7 @@ K = 4  # the injected output position
 
 
 def test_clean_server_passes_every_gate(double, smoke, tmp_path):
-    target, reference = double(), double("--algorithm", "NONE")
+    target, reference = double(), double(spec=False)
     code, doc, text = smoke("--target", target, "--reference", reference)
     assert code == 0, text
     assert doc["passed"] is True and doc["exit_code"] == 0
@@ -33,7 +33,7 @@ def test_clean_server_passes_every_gate(double, smoke, tmp_path):
 
 
 def test_wrong_token_fails_teacher_forced_and_parity_at_k(double, smoke):
-    target, reference = double("--wrong-token-at", str(K)), double("--algorithm", "NONE")
+    target, reference = double("--wrong-token-at", str(K)), double(spec=False)
     code, doc, text = smoke("--target", target, "--reference", reference, "--classes", "code,math")
     assert code == 1, text
     assert doc["passed"] is False
@@ -50,7 +50,7 @@ def test_wrong_token_fails_teacher_forced_and_parity_at_k(double, smoke):
 
 
 def test_injected_tie_is_reported_as_a_tie(double, smoke):
-    target, reference = double("--tie-at", str(K)), double("--algorithm", "NONE")
+    target, reference = double("--tie-at", str(K)), double(spec=False)
     code, doc, text = smoke("--target", target, "--reference", reference, "--classes", "json")
     assert code == 0, text
     tf = doc["exactness"]["teacher_forced"]
@@ -63,7 +63,7 @@ def test_injected_tie_is_reported_as_a_tie(double, smoke):
 
 
 def test_tie_fails_parity_when_strict_and_when_margin_is_zero(double, smoke):
-    target, reference = double("--tie-at", str(K)), double("--algorithm", "NONE")
+    target, reference = double("--tie-at", str(K)), double(spec=False)
     code, doc, _ = smoke("--target", target, "--reference", reference, "--classes", "json", "--strict-parity")
     assert code == 1 and doc["exactness"]["parity"]["passed"] is False
     assert doc["exactness"]["teacher_forced"]["passed"] is True
@@ -83,7 +83,7 @@ def test_low_acceptance_fails_the_threshold(double, smoke):
 
 
 def test_without_metrics_the_cross_check_is_skipped_not_failed(double, smoke):
-    code, doc, _ = smoke("--target", double("--no-metrics"), "--classes", "math")
+    code, doc, _ = smoke("--target", double(metrics=False), "--classes", "math")
     assert code == 0
     cross = doc["metrics_cross_check"]
     assert cross["available"] is False and cross["passed"] is None
@@ -93,7 +93,7 @@ def test_without_metrics_the_cross_check_is_skipped_not_failed(double, smoke):
 
 def test_record_then_compare_with_golden(double, smoke, tmp_path):
     golden = tmp_path / "golden.json"
-    code, _, text = smoke("--target", double("--algorithm", "NONE"), "--record", str(golden), "--classes", "code")
+    code, _, text = smoke("--target", double(spec=False), "--record", str(golden), "--classes", "code")
     assert code == 0 and golden.exists(), text
     code, doc, text = smoke("--target", double(), "--golden", str(golden), "--classes", "code")
     assert code == 0, text
