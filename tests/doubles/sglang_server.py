@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -88,10 +89,6 @@ class ToyModel:
         logits[preferred] += PREFERRED_BOOST
         return logits
 
-    def _runner_up(self, logits: list[float]) -> tuple[int, int]:
-        order = sorted(range(VOCAB_SIZE), key=lambda v: -logits[v])
-        return order[0], order[1]
-
     def mark_tie(self, context: list[int]) -> None:
         with self._lock:
             self._tie_contexts.add(hash(tuple(context)))
@@ -101,13 +98,13 @@ class ToyModel:
         with self._lock:
             tied = hash(tuple(context)) in self._tie_contexts
         if tied:
-            best, second = self._runner_up(logits)
+            best, second = heapq.nlargest(2, range(VOCAB_SIZE), key=logits.__getitem__)
             logits[second] = logits[best] - TIE_GAP
         return logits
 
-    def ranked(self, context: list[int]) -> list[int]:
-        logits = self.logits(context)
-        return sorted(range(VOCAB_SIZE), key=lambda v: -logits[v])
+    def ranked(self, context: list[int], k: int = 3) -> list[int]:
+        """The k most likely next tokens, best first."""
+        return heapq.nlargest(k, range(VOCAB_SIZE), key=self.logits(context).__getitem__)
 
     def logprobs(self, context: list[int]) -> list[float]:
         logits = self.logits(context)
@@ -162,7 +159,7 @@ class ServerState:
             token = ranked[0]
             if self.speculative and position == self.args.tie_at:
                 self.model.mark_tie(context)
-                token = self.model.ranked(context)[1]
+                token = self.model.ranked(context, 2)[1]
             elif self.speculative and position == self.args.wrong_token_at:
                 token = ranked[2]
             out.append(token)
@@ -342,7 +339,7 @@ class ServerState:
 def _top(logprobs: list[float], n: int) -> list[list] | None:
     if n <= 0:
         return None
-    order = sorted(range(len(logprobs)), key=lambda v: -logprobs[v])[:n]
+    order = heapq.nlargest(n, range(len(logprobs)), key=logprobs.__getitem__)
     return [[logprobs[v], v, None] for v in order]
 
 
@@ -524,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.write(f"double: serving on http://{args.host}:{args.port} pid {os.getpid()}\n")
     sys.stderr.write("The server is fired up and ready to roll!\n")
     sys.stderr.flush()
-    httpd.serve_forever()
+    httpd.serve_forever(poll_interval=0.05)
     httpd.server_close()
     return 0
 

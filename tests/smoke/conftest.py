@@ -39,6 +39,7 @@ def double():
     yield start
     for proc in procs:
         proc.terminate()
+    for proc in procs:
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -49,12 +50,13 @@ def double():
 
 @pytest.fixture
 def smoke(tmp_path, capsys):
-    """smoke(*argv) -> (exit code, report.json content or None, stdout + stderr), run in-process."""
+    """smoke(*argv) -> (exit code, report.json content or None, stdout + stderr), run in-process (32 tokens a prompt unless argv says otherwise)."""
     from replayssm_smoke import cli
 
     def run(*argv: str):
         out = tmp_path / "out"
-        code = cli.main([*argv, "--out", str(out), "--quiet", "--timeout", "10", "--deadline", "60"])
+        defaults = ["--max-new-tokens", "32", "--timeout", "10", "--deadline", "60"]  # argv may override
+        code = cli.main([*defaults, *argv, "--out", str(out), "--quiet"])
         captured = capsys.readouterr()
         path = out / "report.json"
         doc = json.loads(path.read_text()) if path.exists() else None

@@ -9,7 +9,7 @@ K = 4  # the injected output position
 
 def test_clean_server_passes_every_gate(double, smoke, tmp_path):
     target, reference = double(), double(spec=False)
-    code, doc, text = smoke("--target", target, "--reference", reference)
+    code, doc, text = smoke("--target", target, "--reference", reference, "--max-new-tokens", "128")
     assert code == 0, text
     assert doc["passed"] is True and doc["exit_code"] == 0
     assert set(doc["acceptance"]) == {"code", "json", "math", "prose"}
