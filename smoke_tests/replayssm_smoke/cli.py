@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tie-margin", type=float, default=1e-3,
                    help="logprob gap under which a non-argmax token counts as a tie, not a failure (default 1e-3)")
     p.add_argument("--top-logprobs", type=int, default=5, help="top-k logprobs asked for when re-scoring (>= 2)")
+    p.add_argument("--require-replayssm", action="store_true",
+                   help="error (exit 2) unless the target runs with --enable-linear-replayssm-spec")
     p.add_argument("--strict-parity", action="store_true", help="fail parity on any divergence, ties included")
     p.add_argument("--concurrency", type=int, default=1,
                    help="requests in flight (default 1: single-stream speed, batch-invariant parity)")
@@ -98,6 +100,27 @@ def _gate(name: str, passed: bool | None, detail: str) -> dict:
     return {"name": name, "passed": passed, "detail": detail}
 
 
+def _notes(args, info: server.ServerInfo) -> list[str]:
+    notes = []
+    if not info.replayssm_spec:
+        notes.append("the target does not report enable_linear_replayssm_spec: this checks speculation without "
+                     "ReplaySSM spec-verify (--require-replayssm makes that an error)")
+    if args.concurrency > 1:
+        notes.append(f"concurrency {args.concurrency}: tokens/s is not single-stream, and batching can move "
+                     "argmax ties (parity is exact only one request at a time or with --enable-deterministic-inference)")
+    return notes
+
+
+def _side_notes(side: str, other: dict, info: server.ServerInfo) -> list[str]:
+    notes = []
+    if other.get("speculative_algorithm"):
+        notes.append(f"the {side} ran with speculation ({other['speculative_algorithm']}): parity then compares "
+                     "two speculative runs, not speculative against plain decoding")
+    if other.get("model_path") and other["model_path"] != info.model_path:
+        notes.append(f"the {side} served {other['model_path']}, the target {info.model_path}")
+    return notes
+
+
 def _record(args, progress: Progress, prompts, deadline) -> dict:
     url = server.normalize_url(args.target)
     server.wait_healthy(url, args.wait, args.timeout, progress)
@@ -120,21 +143,27 @@ def run(args, progress: Progress) -> dict:
     server.wait_healthy(url, args.wait, args.timeout, progress)
     info = server.probe(url, args.timeout)
     server.require_speculative(info)
+    if args.require_replayssm and not info.replayssm_spec:
+        raise SmokeEnvironmentError(f"{url} does not run ReplaySSM spec-verify (enable_linear_replayssm_spec is "
+                                    f"{info.replayssm_spec!r})", "start it with --enable-linear-replayssm-spec")
     profile = thresholds.select_profile(th_source, profiles, info.names, info.speculative_algorithm)
     profile = thresholds.check_classes(th_source, profile, {p.cls for p in prompts}, args.thresholds is not None)
     progress(f"target {url}: {info.model_path}, {info.speculative_algorithm} "
              f"(draft tokens {info.speculative_num_draft_tokens}), SGLang {info.version}; "
              f"thresholds profile {profile.name!r}; {len(prompts)} prompts")
 
+    notes = _notes(args, info)
     ref_info, reference_outputs, against = None, None, None
     if args.reference:
         ref_url = server.normalize_url(args.reference)
         server.wait_healthy(ref_url, args.wait, args.timeout, progress)
         ref_info = server.probe(ref_url, args.timeout)
         against = "reference"
+        notes += _side_notes("reference", ref_info.summary(), info)
     elif args.golden:
         golden_server, reference_outputs = golden.load(args.golden, prompts)
         against = "golden"
+        notes += _side_notes("golden file", golden_server, info)
 
     before = metrics.snapshot(url, args.timeout)
     gens = runner.run_all(prompts, lambda pr: runner.generate(url, pr, deadline), args.concurrency, progress, "generate")
@@ -187,6 +216,7 @@ def run(args, progress: Progress) -> dict:
         "reference": ref_info.summary() if ref_info else None,
         "golden": {"path": args.golden, "server": golden_server} if args.golden else None,
         "thresholds": {"source": th_source, "profile": profile.name, "how_measured": profile.how_measured},
+        "notes": notes,
         "acceptance": acc,
         "acceptance_overall": overall,
         "metrics_cross_check": cross,

@@ -116,3 +116,17 @@ def test_slow_start_is_waited_for(double, smoke):
     url = double("--start-delay", "1")
     code, _, text = smoke("--target", url, "--classes", "prose", "--wait", "10")
     assert code == 0, text
+
+
+def test_replayssm_off_is_noted_or_refused(double, smoke):
+    url = double("--speculative-algorithm", "DFLASH", spec=False)  # speculation without ReplaySSM
+    code, doc, _ = smoke("--target", url, "--classes", "prose")
+    assert code == 0 and any("enable_linear_replayssm_spec" in n for n in doc["notes"])
+    code, doc, text = smoke("--target", url, "--classes", "prose", "--require-replayssm")
+    assert code == 2 and "does not run ReplaySSM spec-verify" in text
+
+
+def test_speculative_reference_is_noted(double, smoke):
+    code, doc, _ = smoke("--target", double(), "--reference", double(), "--classes", "prose")
+    assert code == 0
+    assert any("the reference ran with speculation" in n for n in doc["notes"])
