@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 K = 4  # the injected output position
@@ -130,3 +131,13 @@ def test_speculative_reference_is_noted(double, smoke):
     code, doc, _ = smoke("--target", double(), "--reference", double(), "--classes", "prose")
     assert code == 0
     assert any("the reference ran with speculation" in n for n in doc["notes"])
+
+
+def test_json_output_is_the_report(double, tmp_path, capsys):
+    from replayssm_smoke import cli
+
+    code = cli.main(["--target", double(), "--classes", "code", "--max-new-tokens", "16", "--json", "-q",
+                     "--out", str(tmp_path)])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and printed["passed"] is True
+    assert printed == json.loads((tmp_path / "report.json").read_text())
