@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from . import __version__, acceptance, exactness, golden, metrics, report, runner, server, thresholds
+from . import __version__, acceptance, exactness, gates, golden, metrics, report, runner, server, thresholds
 from .errors import SmokeEnvironmentError
 from .prompts import load_prompts
 
@@ -96,8 +96,19 @@ def _p50(values: list) -> float | None:
     return acceptance.percentile(values, 50) if values else None
 
 
-def _gate(name: str, passed: bool | None, detail: str) -> dict:
-    return {"name": name, "passed": passed, "detail": detail}
+def _load_prompts(args):
+    classes = [c for c in args.classes.split(",") if c] if args.classes else None
+    return load_prompts(args.prompts, args.add_prompts, args.max_new_tokens, classes)
+
+
+def _connect(url: str, args, progress: Progress) -> server.ServerInfo:
+    url = server.normalize_url(url)
+    server.wait_healthy(url, args.wait, args.timeout, progress)
+    return server.probe(url, args.timeout)
+
+
+def _generate_all(url: str, prompts, args, deadline, progress: Progress, label: str) -> list[runner.Generation]:
+    return runner.run_all(prompts, lambda pr: runner.generate(url, pr, deadline), args.concurrency, progress, label)
 
 
 def _notes(args, info: server.ServerInfo) -> list[str]:
@@ -121,27 +132,28 @@ def _side_notes(side: str, other: dict, info: server.ServerInfo) -> list[str]:
     return notes
 
 
-def _record(args, progress: Progress, prompts, deadline) -> dict:
-    url = server.normalize_url(args.target)
-    server.wait_healthy(url, args.wait, args.timeout, progress)
-    info = server.probe(url, args.timeout)
-    progress(f"recording {len(prompts)} prompts from {url} ({info.model_path}, "
+def record(args, progress: Progress) -> dict:
+    """--record: the target's greedy outputs to a golden file (speculation not required)."""
+    prompts = _load_prompts(args)
+    info = _connect(args.target, args, progress)
+    progress(f"recording {len(prompts)} prompts from {info.url} ({info.model_path}, "
              f"speculation {info.speculative_algorithm or 'off'})")
-    gens = runner.run_all(prompts, lambda pr: runner.generate(url, pr, deadline), args.concurrency, progress, "generate")
+    gens = _generate_all(info.url, prompts, args, runner.Deadline(args.deadline, args.timeout), progress, "generate")
     golden.write(args.record, info.summary(), gens)
     return {"recorded": args.record, "prompts": len(gens), "server": info.summary()}
 
 
 def run(args, progress: Progress) -> dict:
-    """The whole check; returns report.json's content (raises SmokeEnvironmentError for exit 2)."""
-    prompts = load_prompts(args.prompts, args.add_prompts, args.max_new_tokens,
-                           [c for c in args.classes.split(",") if c] if args.classes else None)
+    """The whole check; returns report.json's content (raises SmokeEnvironmentError for exit 2).
+
+    Everything that can be refused (files, servers, golden recording) is checked before the first
+    generation request.
+    """
+    prompts = _load_prompts(args)
     th_source, profiles = thresholds.load_profiles(args.thresholds)
     deadline = runner.Deadline(args.deadline, args.timeout)
-
-    url = server.normalize_url(args.target)
-    server.wait_healthy(url, args.wait, args.timeout, progress)
-    info = server.probe(url, args.timeout)
+    info = _connect(args.target, args, progress)
+    url = info.url
     server.require_speculative(info)
     if args.require_replayssm and not info.replayssm_spec:
         raise SmokeEnvironmentError(f"{url} does not run ReplaySSM spec-verify (enable_linear_replayssm_spec is "
@@ -153,68 +165,46 @@ def run(args, progress: Progress) -> dict:
              f"thresholds profile {profile.name!r}; {len(prompts)} prompts")
 
     notes = _notes(args, info)
-    ref_info, reference_outputs, against = None, None, None
+    ref_info, reference_outputs, golden_info = None, None, None
     if args.reference:
-        ref_url = server.normalize_url(args.reference)
-        server.wait_healthy(ref_url, args.wait, args.timeout, progress)
-        ref_info = server.probe(ref_url, args.timeout)
-        against = "reference"
+        ref_info = _connect(args.reference, args, progress)
         notes += _side_notes("reference", ref_info.summary(), info)
     elif args.golden:
         golden_server, reference_outputs = golden.load(args.golden, prompts)
-        against = "golden"
+        golden_info = {"path": args.golden, "server": golden_server}
         notes += _side_notes("golden file", golden_server, info)
 
     before = metrics.snapshot(url, args.timeout)
-    gens = runner.run_all(prompts, lambda pr: runner.generate(url, pr, deadline), args.concurrency, progress, "generate")
+    gens = _generate_all(url, prompts, args, deadline, progress, "generate")
     after = metrics.snapshot(url, args.timeout) if before is not None else None
-    info_after = server.probe(url, args.timeout)
-
     rows, per_class = acceptance.aggregate(gens, url)
     overall = acceptance.summarize(rows)
     acc = {cls: acceptance.gate(cls, stats, profile.acceptance.get(cls)) for cls, stats in per_class.items()}
     cross = metrics.cross_check(before, after, overall["token_weighted_accept_length"], profile.metrics_max_relative_diff)
-    cross["server_info_avg_spec_accept_length"] = info_after.avg_spec_accept_length()
+    cross["server_info_avg_spec_accept_length"] = server.probe(url, args.timeout).avg_spec_accept_length()
 
     tfs = runner.run_all(gens, lambda g: exactness.teacher_force(url, g, args.top_logprobs, args.tie_margin, deadline),
                          args.concurrency, progress, "teacher-force")
-    tf_by_id = {t.prompt_id: t for t in tfs}
     tf_summary = exactness.teacher_forced_summary(tfs, args.tie_margin, args.top_logprobs)
 
-    ref_gens = []
-    if ref_info is not None:
-        ref_gens = runner.run_all(prompts, lambda pr: runner.generate(ref_info.url, pr, deadline),
-                                  args.concurrency, progress, "reference")
+    ref_gens = _generate_all(ref_info.url, prompts, args, deadline, progress, "reference") if ref_info else []
+    if ref_gens:
         reference_outputs = {g.prompt.id: (g.prompt_ids, g.output_ids) for g in ref_gens}
     if reference_outputs is not None:
-        par = exactness.parity(gens, tf_by_id, reference_outputs, against, args.tie_margin, args.strict_parity)
+        par = exactness.parity(gens, {t.prompt_id: t for t in tfs}, reference_outputs,
+                               "reference" if ref_info else "golden", args.tie_margin, args.strict_parity)
     else:
         par = {"passed": None, "skipped": "no --reference or --golden given", "first_divergence": {}}
 
-    target_tps = _p50([g.tokens_per_s for g in gens])
-    ref_tps = _p50([g.tokens_per_s for g in ref_gens])
-    gates = []
-    for cls in sorted(acc):
-        s = acc[cls]
-        detail = "; ".join(s["failures"]) if s["failures"] else (
-            f"mean {s['mean_accept_length']:.3f} over {s['requests']} requests" if s["passed"] else "no threshold for this class")
-        gates.append(_gate(f"acceptance.{cls}", s["passed"], detail))
-    gates.append(_gate("acceptance.metrics_cross_check", cross["passed"], cross["note"] or (
-        f"relative diff {cross['relative_diff']:.4f} (max {cross['max_relative_diff']})"
-        if cross["relative_diff"] is not None else "not gated")))
-    gates.append(_gate("exactness.teacher_forced", tf_summary["passed"],
-                       f"{len(tf_summary['violations'])} violation(s), {len(tf_summary['ties'])} tie(s) "
-                       f"in {tf_summary['checked_tokens']} tokens"))
-    gates.append(_gate("exactness.parity", par["passed"], par.get("skipped") or (
-        f"{par['prompts_matching']}/{par['prompts']} identical; failing: {', '.join(par['failing']) or 'none'}; "
-        f"diverged at a tie: {', '.join(par['diverged_at_tie']) or 'none'}")))
-    passed = all(g["passed"] is not False for g in gates)
+    target_tps, ref_tps = _p50([g.tokens_per_s for g in gens]), _p50([g.tokens_per_s for g in ref_gens])
+    verdict = gates.collect(acc, cross, tf_summary, par)
+    ok = gates.passed(verdict)
     return {
-        "passed": passed,
-        "exit_code": 0 if passed else 1,
+        "passed": ok,
+        "exit_code": 0 if ok else 1,
         "target": info.summary(),
         "reference": ref_info.summary() if ref_info else None,
-        "golden": {"path": args.golden, "server": golden_server} if args.golden else None,
+        "golden": golden_info,
         "thresholds": {"source": th_source, "profile": profile.name, "how_measured": profile.how_measured},
         "notes": notes,
         "acceptance": acc,
@@ -224,7 +214,7 @@ def run(args, progress: Progress) -> dict:
                   "reference_tokens_per_s_p50": ref_tps,
                   "speedup": target_tps / ref_tps if target_tps and ref_tps else None},
         "exactness": {"tie_margin": args.tie_margin, "teacher_forced": tf_summary, "parity": par},
-        "gates": gates,
+        "gates": verdict,
         "requests": [
             {"prompt_id": r.prompt_id, "class": r.cls, "completion_tokens": r.completion_tokens,
              "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate}
@@ -241,9 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if args.record:
         try:
-            prompts = load_prompts(args.prompts, args.add_prompts, args.max_new_tokens,
-                                   [c for c in args.classes.split(",") if c] if args.classes else None)
-            done = _record(args, progress, prompts, runner.Deadline(args.deadline, args.timeout))
+            done = record(args, progress)
         except SmokeEnvironmentError as exc:
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
             return exc.exit_code

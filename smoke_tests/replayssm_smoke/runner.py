@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import httpclient
 from .errors import SmokeEnvironmentError
@@ -51,7 +51,6 @@ class Generation:
     output_ids: list[int]
     meta: dict
     wall_s: float
-    extra: dict = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float | None:
