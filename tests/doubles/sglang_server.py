@@ -55,7 +55,7 @@ PREFERRED_BOOST = 6.0  # logit margin of the model's preferred next token over t
 TIE_GAP = 1e-5  # logit gap of an injected near-tie
 VERSION = "0.5.19"
 # The /generate request fields and sampling params it models. Unlike SGLang, it refuses any other key, so a
-# misspelt field in a client fails loudly here; tests/smoke/test_double.py checks these names against the
+# misspelt field in a client fails loudly here; tests/smoke/test_smoke_double.py checks these names against the
 # installed 0.5.19 (GenerateReqInput's and SamplingParams' dataclass fields).
 REQUEST_FIELDS = frozenset({"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
                             "top_logprobs_num", "return_text_in_logprobs", "return_prompt_token_ids", "stream"})

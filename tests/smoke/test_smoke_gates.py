@@ -141,3 +141,11 @@ def test_json_output_is_the_report(double, tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert code == 0 and printed["passed"] is True
     assert printed == json.loads((tmp_path / "report.json").read_text())
+
+
+def test_profile_is_chosen_by_model(double, smoke):
+    code, doc, _ = smoke("--target", double(), "--classes", "code")
+    assert doc["thresholds"]["profile"] == "qwen3-next-gdn-dflash"
+    assert "PLACEHOLDER" in doc["thresholds"]["how_measured"]
+    code, doc, _ = smoke("--target", double("--model-path", "/models/Other-7B"), "--classes", "code")
+    assert code == 0 and doc["thresholds"]["profile"] == "default"
