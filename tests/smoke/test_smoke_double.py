@@ -11,6 +11,7 @@ import ast
 import importlib.util
 import json
 import pathlib
+import urllib.error
 import urllib.request
 
 import pytest
@@ -104,3 +105,27 @@ def test_unknown_request_field_is_refused(double):
     with pytest.raises(urllib.error.HTTPError) as exc:
         _post(double() + "/generate", {"text": "x", "top_logprob_num": 2})
     assert exc.value.code == 400
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_health_follows_the_health_file(double, tmp_path):
+    flag = tmp_path / "unhealthy"
+    url = double("--health-file", str(flag))
+    assert _status(url + "/health") == 200
+    flag.write_text("")
+    assert _status(url + "/health") == 503 and _status(url + "/health_generate") == 503
+    flag.unlink()
+    assert _status(url + "/health_generate") == 200
+
+
+def test_knobs_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SGLANG_DOUBLE_ARGS", "--unhealthy --tie-at 3")
+    args = _load_double().parse_args(["--port", "0"])
+    assert args.unhealthy and args.tie_at == 3
