@@ -217,8 +217,9 @@ def run(args, progress: Progress) -> dict:
         "gates": verdict,
         "requests": [
             {"prompt_id": r.prompt_id, "class": r.cls, "completion_tokens": r.completion_tokens,
-             "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate}
-            for r in rows
+             "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate,
+             "tokens_per_s": g.tokens_per_s}
+            for r, g in zip(rows, gens)
         ],
     }
 
@@ -239,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         body = run(args, progress)
+    except KeyboardInterrupt:
+        print("replayssm-smoke: interrupted, no report written", file=sys.stderr)
+        return 130
     except SmokeEnvironmentError as exc:
         body = {"passed": False, "exit_code": exc.exit_code, "error": {"what": exc.what, "fix": exc.fix},
                 "target": {"url": args.target}, "gates": []}
