@@ -18,6 +18,8 @@ from . import __version__, acceptance, exactness, gates, golden, metrics, report
 from .errors import SmokeEnvironmentError
 from .prompts import load_prompts
 
+DEFAULT_TIE_MARGIN = 1e-3
+
 EPILOG = """\
 examples:
   replayssm-smoke --target http://node1:30000
@@ -54,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="smoke-report", metavar="DIR",
                    help="where report.json, junit.xml and accept_length.svg go (default ./smoke-report)")
     p.add_argument("--json", action="store_true", help="print report.json on stdout instead of the table")
-    p.add_argument("--tie-margin", type=float, default=1e-3,
-                   help="logprob gap under which a non-argmax token counts as a tie, not a failure (default 1e-3)")
+    p.add_argument("--tie-margin", type=float, default=None,
+                   help="logprob gap under which a non-argmax token counts as a tie, not a failure "
+                        f"(default: the thresholds profile's tie_margin, else {DEFAULT_TIE_MARGIN:g})")
     p.add_argument("--top-logprobs", type=int, default=5, help="top-k logprobs asked for when re-scoring (>= 2)")
     p.add_argument("--require-replayssm", action="store_true",
                    help="error (exit 2) unless the target runs with --enable-linear-replayssm-spec")
@@ -75,7 +78,7 @@ def _validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--top-logprobs must be at least 2")
     if args.concurrency < 1 or args.concurrency > 64:
         p.error("--concurrency must be in [1, 64]")
-    if args.timeout <= 0 or args.deadline <= 0 or args.wait < 0 or args.tie_margin < 0:
+    if args.timeout <= 0 or args.deadline <= 0 or args.wait < 0 or (args.tie_margin or 0) < 0:
         p.error("--timeout and --deadline must be positive, --wait and --tie-margin not negative")
     if not 2 <= args.max_new_tokens <= 4096:
         p.error("--max-new-tokens must be in [2, 4096]")
@@ -183,16 +186,22 @@ def run(args, progress: Progress) -> dict:
     cross = metrics.cross_check(before, after, overall["token_weighted_accept_length"], profile.metrics_max_relative_diff)
     cross["server_info_avg_spec_accept_length"] = server.probe(url, args.timeout).avg_spec_accept_length()
 
-    tfs = runner.run_all(gens, lambda g: exactness.teacher_force(url, g, args.top_logprobs, args.tie_margin, deadline),
+    if args.tie_margin is not None:
+        tie_margin, tie_source = args.tie_margin, "--tie-margin"
+    elif profile.tie_margin is not None:
+        tie_margin, tie_source = profile.tie_margin, f"profile {profile.name}"
+    else:
+        tie_margin, tie_source = DEFAULT_TIE_MARGIN, "default"
+    tfs = runner.run_all(gens, lambda g: exactness.teacher_force(url, g, args.top_logprobs, tie_margin, deadline),
                          args.concurrency, progress, "teacher-force")
-    tf_summary = exactness.teacher_forced_summary(tfs, args.tie_margin, args.top_logprobs)
+    tf_summary = exactness.teacher_forced_summary(tfs, tie_margin, args.top_logprobs)
 
     ref_gens = _generate_all(ref_info.url, prompts, args, deadline, progress, "reference") if ref_info else []
     if ref_gens:
         reference_outputs = {g.prompt.id: (g.prompt_ids, g.output_ids) for g in ref_gens}
     if reference_outputs is not None:
         par = exactness.parity(gens, {t.prompt_id: t for t in tfs}, reference_outputs,
-                               "reference" if ref_info else "golden", args.tie_margin, args.strict_parity)
+                               "reference" if ref_info else "golden", tie_margin, args.strict_parity)
     else:
         par = {"passed": None, "skipped": "no --reference or --golden given", "first_divergence": {}}
 
@@ -213,7 +222,8 @@ def run(args, progress: Progress) -> dict:
         "speed": {"concurrency": args.concurrency, "target_tokens_per_s_p50": target_tps,
                   "reference_tokens_per_s_p50": ref_tps,
                   "speedup": target_tps / ref_tps if target_tps and ref_tps else None},
-        "exactness": {"tie_margin": args.tie_margin, "teacher_forced": tf_summary, "parity": par},
+        "exactness": {"tie_margin": tie_margin, "tie_margin_source": tie_source, "teacher_forced": tf_summary,
+                      "parity": par},
         "gates": verdict,
         "requests": [
             {"prompt_id": r.prompt_id, "class": r.cls, "completion_tokens": r.completion_tokens,

@@ -57,6 +57,8 @@ def test_injected_tie_is_reported_as_a_tie(double, smoke):
     tf = doc["exactness"]["teacher_forced"]
     assert tf["passed"] is True and tf["violations"] == []
     assert [t["position"] for t in tf["ties"]] == [K] * 5
+    assert doc["exactness"]["tie_margin"] == 0.125  # the built-in profile's: one bf16 step
+    assert doc["exactness"]["tie_margin_source"] == "profile qwen3-next-gdn-dflash"
     parity = doc["exactness"]["parity"]
     assert parity["passed"] is True
     assert sorted(parity["diverged_at_tie"]) == [f"json-0{i}" for i in range(1, 6)]
@@ -69,7 +71,7 @@ def test_tie_fails_parity_when_strict_and_when_margin_is_zero(double, smoke):
     assert code == 1 and doc["exactness"]["parity"]["passed"] is False
     assert doc["exactness"]["teacher_forced"]["passed"] is True
     code, doc, _ = smoke("--target", target, "--reference", reference, "--classes", "json", "--tie-margin", "0")
-    assert code == 1
+    assert code == 1 and doc["exactness"]["tie_margin_source"] == "--tie-margin"
     assert {v["position"] for v in doc["exactness"]["teacher_forced"]["violations"]} == {K}
 
 
