@@ -26,9 +26,11 @@ def collect(acceptance: dict[str, dict], cross: dict, teacher_forced: dict, pari
     else:
         detail = cross["note"] or "not gated"
     gates.append(_gate("acceptance.metrics_cross_check", cross["passed"], detail.strip()))
+    first = "; ".join(f"{v['prompt_id']} at {v['position']}: expected {v['expected']} got {v['got']}"
+                      for v in teacher_forced["violations"][:3])
     gates.append(_gate("exactness.teacher_forced", teacher_forced["passed"],
                        f"{len(teacher_forced['violations'])} violation(s), {len(teacher_forced['ties'])} tie(s) "
-                       f"in {teacher_forced['checked_tokens']} tokens"))
+                       f"in {teacher_forced['checked_tokens']} tokens" + (f" (first: {first})" if first else "")))
     if parity.get("skipped"):
         detail = parity["skipped"]
     else:
