@@ -5,6 +5,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 
 include overlay/patcher.mk
+include smoke_tests/smoke.mk
 
 .PHONY: help setup demo test
 help: ## list the targets
