@@ -3,10 +3,12 @@
 Why it exists: the fold kernels are compiled ahead of time for sm_90 with the base's own Triton, so a
 node never JIT-compiles them while serving. `RSO_KERNELS=build` (the default) compiles them into OUT;
 `RSO_KERNELS=skip` builds none and says so (bases without Triton, like the CI stand-in; the overlay then
-JIT-compiles at first use and reports it). Either way OUT/kernels-stage.json records what happened, and
-the image manifest copies it.
+JIT-compiles at first use and reports it). Everything goes into a staging folder STAGE that the final
+stage copies over /opt/replayssm-overlay/: STAGE/kernels-stage.json (what happened; the image manifest
+embeds it) and, when built, STAGE/kernels/ (the artifact folder, which the loader finds at its default
+/opt/replayssm-overlay/kernels, so the image needs no ENV of its own).
 
-    kernels_stage.py --mode build|skip --out DIR --model PRESET
+    kernels_stage.py --mode build|skip --stage DIR --model PRESET
 """
 
 import argparse
@@ -19,19 +21,21 @@ import sys
 # records "not built (pending)"; swapping in the real command is this one line:
 #   BUILD_COMMAND = [sys.executable, "-m", "replayssm_overlay", "kernels", "build", "--out", "{out}", "--model", "{model}"]
 BUILD_COMMAND = None
+FINAL_DIR = "/opt/replayssm-overlay/kernels"  # where the final stage puts STAGE/kernels
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--stage", required=True)
     parser.add_argument("--model", required=True)
     args = parser.parse_args(argv)
     if args.mode not in ("build", "skip"):
         print(f"kernels stage: RSO_KERNELS must be `build` or `skip`, got {args.mode!r}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    record = {"mode": args.mode, "model": args.model, "out": args.out}
+    os.makedirs(args.stage, exist_ok=True)
+    out = os.path.join(args.stage, "kernels")
+    record = {"mode": args.mode, "model": args.model, "dir": None}
     if args.mode == "skip":
         record["status"] = "skipped"
         record["detail"] = "RSO_KERNELS=skip: no kernels compiled ahead of time; the fold kernels JIT-compile at first use"
@@ -39,12 +43,13 @@ def main(argv=None):
         record["status"] = "pending"
         record["detail"] = "kernels: not built (pending): the AOT build command has not landed yet"
     else:
-        cmd = [part.format(out=args.out, model=args.model) for part in BUILD_COMMAND]
+        cmd = [part.format(out=out, model=args.model) for part in BUILD_COMMAND]
         print("kernels stage: " + " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         record["status"] = "built"
         record["detail"] = "compiled ahead of time: " + " ".join(cmd)
-    with open(os.path.join(args.out, "kernels-stage.json"), "w") as handle:
+        record["dir"] = FINAL_DIR
+    with open(os.path.join(args.stage, "kernels-stage.json"), "w") as handle:
         json.dump(record, handle, indent=2, sort_keys=True)
         handle.write("\n")
     print(f"kernels stage: {record['status']}: {record['detail']}")

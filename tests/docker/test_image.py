@@ -106,3 +106,19 @@ def test_image_diff_shows_the_effective_diff_and_small_added_layers(dockerd, bui
     added = re.search(r"layers added to the base: (\d+), ([\d.]+) MB", proc.stdout)
     assert added and int(added.group(1)) >= 2
     assert float(added.group(2)) < 50.0
+
+
+def test_kernel_stage_records_what_it_did(dockerd, built_image):
+    """The stage script, run in the image: `skip` and `build` are recorded; anything else is a usage
+    error. `build` is "pending" until the AOT command is wired in (kernels_stage.BUILD_COMMAND); then the
+    stand-in (no Triton) cannot build, and this test must assert that refusal instead."""
+    script = "/opt/replayssm-overlay/build/scripts/kernels_stage.py"
+    shell = (f"python3 {script} --mode build --stage /tmp/s --model qwen3.5-35b-a3b >/dev/null && cat /tmp/s/kernels-stage.json"
+             f" && python3 {script} --mode fast --stage /tmp/t --model m; echo rc=$?")
+    out = run_in(dockerd, built_image.ref, "sh", "-c", shell).stdout
+    record = json.loads(out[:out.index("rc=")])
+    assert record["mode"] == "build" and record["status"] == "pending"
+    assert "not built (pending)" in record["detail"]
+    assert out.strip().endswith("rc=2")
+    stage = json.loads(run_in(dockerd, built_image.ref, "cat", "/opt/replayssm-overlay/kernels-stage.json").stdout)
+    assert stage == {**stage, "mode": "skip", "status": "skipped", "dir": None}
