@@ -8,49 +8,12 @@ on it once, through the real `make -f docker/docker.mk build`, for every test th
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
 from tests.docker import standin
+from tests.docker.helpers import BuiltImage, make
+from tests.docker.helpers import overlay_version as read_overlay_version
 from tests.infra.dockerd import Dockerd, start_dockerd
-
-REPO = Path(__file__).resolve().parents[2]
-SNAPSHOT_SCRIPT = (Path(__file__).parent / "fs_snapshot.py").read_text()
-
-
-def make(daemon: Dockerd | None, *args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`make -f docker/docker.mk ARGS` from the repository root; stdout and stderr merged, text."""
-    full_env = {**(daemon.env() if daemon is not None else os.environ), **(env or {})}
-    return subprocess.run(["make", "--no-print-directory", "-f", "docker/docker.mk", *args,
-                           f"WHEEL_PYTHON={sys.executable}"],
-                          cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
-
-
-def run_in(daemon: Dockerd, image: str, entrypoint: str, *args: str, input: str | None = None,
-           check: bool = True) -> subprocess.CompletedProcess:
-    """`docker run --rm --network none --entrypoint E IMAGE ARGS` on the session daemon."""
-    return daemon.docker("run", "--rm", "-i", "--network", "none", "--entrypoint", entrypoint, image, *args,
-                         input=input, check=check, timeout=300)
-
-
-def fs_snapshot(daemon: Dockerd, image: str) -> dict[str, str]:
-    return json.loads(run_in(daemon, image, "python3", "-", input=SNAPSHOT_SCRIPT).stdout)
-
-
-@dataclass
-class BuiltImage:
-    ref: str
-    id: str
-    base: str
-    base_id: str
-    log: str
 
 
 @pytest.fixture(scope="session")
@@ -72,10 +35,7 @@ def standin_base(dockerd) -> str:
 
 @pytest.fixture(scope="session")
 def overlay_version() -> str:
-    sys.path.insert(0, str(REPO / "docker" / "tools"))
-    from common import overlay_version as read_version
-
-    return read_version()
+    return read_overlay_version()
 
 
 @pytest.fixture(scope="session")

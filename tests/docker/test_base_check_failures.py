@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from tests.docker import standin
-from tests.docker.conftest import make
+from tests.docker.helpers import make
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.docker.conftest import make
+from tests.docker.helpers import make
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.docker.conftest import fs_snapshot, make, run_in
+from tests.docker.helpers import fs_snapshot, make, run_in
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.docker.conftest import REPO, make
+from tests.docker.helpers import REPO, make
 
 PINNED = "sha256:" + "ab" * 32
 
