@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -112,3 +113,22 @@ def overlay_version() -> str:
     if not match:
         raise Refusal("pyproject.toml has no `version = \"...\"` line", "restore the [project] version")
     return match.group(1)
+
+
+def registry_host(ref: str) -> str:
+    """The registry a reference lives in: its first path part if it names a host, else Docker Hub."""
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "registry-1.docker.io"
+
+
+def check_registry_reachable(host: str, timeout: float = 10.0) -> None:
+    """Refuses when nothing answers on the registry's port (443 unless `host:port`), in seconds."""
+    name, _, port = host.partition(":")
+    try:
+        socket.create_connection((name, int(port or 443)), timeout=timeout).close()
+    except (OSError, ValueError) as err:
+        raise Refusal(f"registry {host} is not reachable ({err})",
+                      "check the network, proxy or VPN; sites without a registry use `make save` and "
+                      "`make load` (docker/README.md, 'Air-gapped sites')") from err

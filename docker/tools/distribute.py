@@ -20,11 +20,10 @@ import argparse
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
-from common import Refusal, docker, image_id, log, run_tool
+from common import Refusal, check_registry_reachable, docker, image_id, log, run_tool
 from preflight import check_daemon
 
 
@@ -86,21 +85,11 @@ def load(tarball: Path) -> str:
     return expected_id
 
 
-def _registry_answers(registry: str) -> None:
-    host = registry.split("/", 1)[0]
-    name, _, port = host.partition(":")
-    try:
-        socket.create_connection((name, int(port or 443)), timeout=10).close()
-    except (OSError, ValueError) as err:
-        raise Refusal(f"registry {host} is not reachable ({err})",
-                      "check the network/VPN, or use `make save` and `make load` for sites without a registry") from err
-
-
 def push(image: str, registry: str) -> str:
     if not registry:
         raise Refusal("push needs REGISTRY=host[:port][/path]", "e.g. `make push REGISTRY=registry.example.com/ml`")
     _need_image(image)
-    _registry_answers(registry)
+    check_registry_reachable(registry.split("/", 1)[0])
     target = f"{registry.rstrip('/')}/{image.split('/')[-1]}"
     docker("tag", image, target)
     docker("push", target, capture=False)

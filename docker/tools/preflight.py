@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from common import DIGEST, Refusal, docker, image_id, lane_pin, log, read_lock, run_tool
+from common import (DIGEST, Refusal, check_registry_reachable, docker, image_id, lane_pin, log, read_lock,
+                    registry_host, run_tool)
 
 
 def check_daemon() -> str:
@@ -75,6 +76,7 @@ def _release(pin: dict, ref: str, pull: bool) -> dict:
                       f"get the pinned image (`docker pull {ref}`, or `docker load` its tarball: then the lock "
                       f"needs BASE_IMAGE_ID_{pin['lane']}, which `pin-base` records), or, if the lock is stale, "
                       "re-pin with `make -f docker/docker.mk pin-base` and review the change")
+    check_registry_reachable(registry_host(name))
     probe = docker("manifest", "inspect", ref, check=False, timeout=60)
     if probe.returncode != 0:
         raise Refusal(f"the base {ref} is not on this machine and the registry does not answer for it "

@@ -86,8 +86,12 @@ def rootfs_tarball() -> Path:
     try:
         rootfs = work / "rootfs"
         _log(f"debootstrap {SUITE} from {mirror} (about 40 s, cached afterwards)")
-        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-                        str(rootfs), mirror], check=True, capture_output=True)
+        proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+                               str(rootfs), mirror], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"debootstrap {SUITE} from {mirror} failed (exit {proc.returncode}); needs root, "
+                               f"the debootstrap package and the mirror (RSO_DEBIAN_MIRROR):\n"
+                               + "\n".join((proc.stdout + proc.stderr).splitlines()[-15:]))
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (rootfs / junk).glob("*"):
                 if entry.is_file():

@@ -66,6 +66,15 @@ def test_pin_base_writes_only_that_lane_and_refuses_a_malformed_digest(tmp_path)
     assert lock.read_text() == before.replace("sha256:UNPINNED-run-make-pin-base", PINNED)
 
 
+def test_pin_base_refuses_an_unreachable_registry_quickly(tmp_path):
+    lock = _lock(tmp_path, repository="127.0.0.1:9/lmsysorg/sglang")
+    before = lock.read_text()
+    start = time.monotonic()
+    _refused(make(None, "pin-base", f"BASE_LOCK={lock}", env=NO_DAEMON), "registry 127.0.0.1:9 is not reachable",
+             "make save")
+    assert time.monotonic() - start < 30 and lock.read_text() == before
+
+
 @pytest.mark.slow
 def test_local_base_is_accepted_by_locked_image_id_and_refused_otherwise(dockerd, standin_base, tmp_path):
     """A base loaded from a tarball has no registry digest: the locked image ID recognises it."""
@@ -89,6 +98,6 @@ def test_local_base_is_accepted_by_locked_image_id_and_refused_otherwise(dockerd
 def test_base_neither_local_nor_in_a_reachable_registry_is_refused(dockerd, tmp_path):
     lock = _lock(tmp_path, repository="127.0.0.1:9/lmsysorg/sglang", digest=PINNED)
     start = time.monotonic()
-    _refused(make(dockerd, "build", f"BASE_LOCK={lock}"), "is not on this machine and the registry does not answer",
-             "docker load")
+    _refused(make(dockerd, "build", f"BASE_LOCK={lock}"), "registry 127.0.0.1:9 is not reachable",
+             "Air-gapped sites")
     assert time.monotonic() - start < 60
