@@ -18,6 +18,7 @@ from pathlib import Path
 DOCKER_DIR = Path(__file__).resolve().parent.parent
 REPO = DOCKER_DIR.parent
 LOCK = Path(os.environ.get("RSO_BASE_LOCK") or DOCKER_DIR / "base.lock")  # docker.mk exports it
+LOCK_REQUIRED = ("SGLANG_RELEASE", "BASE_REPOSITORY", "CUDA_LANE")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DOCKER = os.environ.get("DOCKER", "docker")
 
@@ -51,9 +52,13 @@ def read_lock(path: Path = LOCK) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise Refusal(f"{path}:{number}: not a KEY=VALUE line: {line!r}", "fix the lock file by hand")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or re.search(r"[\s#]", value):
+            raise Refusal(f"{path}:{number}: not a KEY=VALUE line (no spaces, no inline comment): {line!r}",
+                          "fix the lock file by hand: comments go on lines of their own")
         values[key] = value
+    missing = [key for key in LOCK_REQUIRED if not values.get(key)]
+    if missing:
+        raise Refusal(f"{path} lacks {', '.join(missing)}", "restore those lines (docker/README.md, 'The lock file')")
     return values
 
 

@@ -101,3 +101,11 @@ def test_base_neither_local_nor_in_a_reachable_registry_is_refused(dockerd, tmp_
     _refused(make(dockerd, "build", f"BASE_LOCK={lock}"), "registry 127.0.0.1:9 is not reachable",
              "Air-gapped sites")
     assert time.monotonic() - start < 60
+
+
+def test_malformed_lock_is_refused(tmp_path):
+    lock = _lock(tmp_path)
+    lock.write_text(lock.read_text().replace("CUDA_LANE=cu130", "CUDA_LANE=cu130  # default"))
+    _refused(make(None, "build", f"BASE_LOCK={lock}", env=NO_DAEMON), "no inline comment")
+    lock.write_text(_lock(tmp_path).read_text().replace("SGLANG_RELEASE=0.5.19\n", ""))
+    _refused(make(None, "build", f"BASE_LOCK={lock}", env=NO_DAEMON), "lacks SGLANG_RELEASE")
