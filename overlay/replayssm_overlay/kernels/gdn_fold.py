@@ -62,24 +62,34 @@ class FoldShapeNotSupported(ValueError):
 
 
 @triton.jit
-def _sum_over_k(p, TREE_NUMPY: tl.constexpr):
-    """Sum a tile over its k axes in the reference's association. Tile axes (see `_k_offsets`):
-    [a0, V, a4, a3, a2, a1, V, a0, j], the a0 and V pairs each with one axis of size 1; the result
-    keeps every axis, with size 1 on the k axes."""
-    VF: tl.constexpr = p.shape[1]
-    VB: tl.constexpr = p.shape[6]
-    A0F: tl.constexpr = p.shape[0]
-    A0B: tl.constexpr = p.shape[7]
+def _split_j(x):
+    """[..., 4] -> the four [...] slices j = 0, 1, 2, 3 (register renaming, no data movement)."""
+    even, odd = tl.split(tl.reshape(x, x.shape[:-1] + [2, 2]))
+    x0, x2 = tl.split(even)
+    x1, x3 = tl.split(odd)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _dot_k(x, y, TREE_NUMPY: tl.constexpr):
+    """sum over k of x * y in the reference's association. Tile axes (see `_k_offsets`):
+    [a0, V, a4, a3, a2, a1, V, a0, j], each a0 and V pair with one axis of size 1; the result keeps
+    every axis, with size 1 on the k axes.
+
+    The fmas are written out: LLVM contracts `(x0*y0 + x1*y1)` into either fma(x0, y0, x1*y1), what the
+    decode kernel's PTX has, or fma(x1, y1, x0*y0), depending on how it vectorized the code around it."""
+    x, y = tl.broadcast(x, y)
+    VF: tl.constexpr = x.shape[1]
+    VB: tl.constexpr = x.shape[6]
     if TREE_NUMPY:
-        flat = tl.reshape(tl.permute(p, [2, 3, 4, 5, 0, 7, 8, 1, 6]), [128, VF * VB])
+        flat = tl.reshape(tl.permute(x * y, [2, 3, 4, 5, 0, 7, 8, 1, 6]), [128, VF * VB])
         return tl.reshape(tl.sum(flat, 0), [1, VF, 1, 1, 1, 1, VB, 1, 1])
     else:
-        even, odd = tl.split(tl.reshape(p, [A0F, VF, 2, 2, 2, 2, VB, A0B, 2, 2]))
-        p0, p2 = tl.split(even)
-        p1, p3 = tl.split(odd)
-        s = p0 + p1
-        s = s + p2
-        s = s + p3
+        x0, x1, x2, x3 = _split_j(x)
+        y0, y1, y2, y3 = _split_j(y)
+        s = tl.fma(x0, y0, x1 * y1)
+        s = tl.fma(x2, y2, s)
+        s = tl.fma(x3, y3, s)
         s = tl.sum(s, 2, keep_dims=True)  # i ^ 16
         s = tl.sum(s, 3, keep_dims=True)  # i ^ 8
         s = tl.sum(s, 4, keep_dims=True)  # i ^ 4
@@ -150,7 +160,7 @@ def gdn_replayssm_knorm_kernel(
     for t in range(0, n_commit):
         b_k = tl.load(p_k + t * K).to(tl.float32)
         if USE_QK_L2NORM:
-            b_k = b_k / tl.sqrt(_sum_over_k(b_k * b_k, TREE_NUMPY) + 1e-6)
+            b_k = b_k / tl.sqrt(_dot_k(b_k, b_k, TREE_NUMPY) + 1e-6)
         tl.store(p_out + t * K, b_k)
 
 
@@ -242,9 +252,9 @@ def gdn_replayssm_fold_kernel(
         n_b = tl.load(p_b + (t + 1), mask=more, other=0.0)
 
         b_h *= tl.exp(b_g)
-        b_v -= _sum_over_k(b_h * b_k, TREE_NUMPY)
+        b_v -= _dot_k(b_h, b_k, TREE_NUMPY)
         b_v *= b_beta
-        b_h += b_k * b_v
+        b_h = tl.fma(b_k, b_v, b_h)
 
         if HAS_TRACK:
             if (t == track_step) & (track_slot > NULL_ID):
