@@ -258,22 +258,21 @@ def timing(ceiling: float, quick: bool):
 
 def variants(ceiling: float):
     """Launch-shape variants of our fold at T=16 (B=8 and B=1, all accepted); the fastest at B=8 is kept
-    for the timing table. Same per-thread work in each; programs_per_sm None = one program per work item,
-    else a persistent grid whose programs prefetch their next item's state."""
+    for the timing table. Same per-thread work in each."""
     L, K = TARGET["L"], TARGET["K"]
     N = 16
     best = None
     for B in (8, 1):
         pool = Pool(N, B, sets=4, snapshot=False)
         lens = torch.full((B,), N, dtype=torch.int32, device="cuda")
-        for bv, nw, pf in ((16, 1, None), (16, 1, 8), (16, 1, 6), (32, 2, 4), (32, 2, None)):
-            gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS, gdn_fold.PROGRAMS_PER_SM = bv, nw, pf
+        for bv, nw in ((16, 1), (32, 2)):
+            gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS = bv, nw
             t = graph_time(lambda i: gdn_fold.fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
                                                               pool.slot_sets[i], lens), 4, 40)
-            RESULTS["variants"].append(dict(N=N, B=B, BV=bv, num_warps=nw, programs_per_sm=pf, us=t * 1e6))
-            log(f"variant N={N} B={B} BV={bv} num_warps={nw} programs_per_sm={pf}: {t * 1e6:.1f} us")
+            RESULTS["variants"].append(dict(N=N, B=B, BV=bv, num_warps=nw, us=t * 1e6))
+            log(f"variant N={N} B={B} BV={bv} num_warps={nw}: {t * 1e6:.1f} us")
             if B == 8 and (best is None or t < best[0]):
-                best = (t, bv, nw, pf)
+                best = (t, bv, nw)
             save()
         knorm = torch.empty(L, B, TARGET["H"], N, K, device="cuda")
 
@@ -287,8 +286,8 @@ def variants(ceiling: float):
         log(f"knorm kernel alone N={N} B={B}: {t * 1e6:.1f} us")
         del pool
         torch.cuda.empty_cache()
-    _, gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS, gdn_fold.PROGRAMS_PER_SM = best
-    RESULTS["chosen"] = dict(BV=best[1], num_warps=best[2], programs_per_sm=best[3])
+    _, gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS = best
+    RESULTS["chosen"] = dict(BV=best[1], num_warps=best[2])
     log("chosen for the table:", RESULTS["chosen"])
     save()
 

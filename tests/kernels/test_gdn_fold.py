@@ -28,10 +28,10 @@ def _case(name, device="cpu", seed=0):
                      track=track, device=device, seed=seed)
 
 
-def _fold(case, tree_numpy=None, programs=None):
+def _fold(case, tree_numpy=None):
     state = case.initial.clone()
     gdn_fold.fold_all_layers(state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens,
-                             case.track_slots, case.track_steps, tree_numpy=tree_numpy, programs=programs)
+                             case.track_slots, case.track_steps, tree_numpy=tree_numpy)
     return state
 
 
@@ -56,13 +56,12 @@ def _check_against(case, state, expected, tracked):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("programs", [3, 10**6], ids=["persistent", "one-item-each"])
-def test_numpy_tree_bitwise_equals_decode_under_interpreter(name, programs):
+def test_numpy_tree_bitwise_equals_decode_under_interpreter(name):
     case = _case(name, seed=11)
     expected, tracked = decode_reference(case)
     if case.track_slots is not None:
         assert tracked, "the case must exercise a track store"
-    _check_against(case, _fold(case, tree_numpy=True, programs=programs), expected, tracked)
+    _check_against(case, _fold(case, tree_numpy=True), expected, tracked)
 
 
 def _emulated_gpu_tree(case):
@@ -141,8 +140,7 @@ def test_aot_specializations_describe_every_runtime_argument():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("programs", [None, 5, 10**6], ids=["default", "persistent", "one-item-each"])
-def test_gpu_bitwise_equals_decode(name, programs):
+def test_gpu_bitwise_equals_decode(name):
     case = _case(name, device="cuda", seed=7)
     expected, tracked = decode_reference(case)
-    _check_against(case, _fold(case, programs=programs), expected, tracked)
+    _check_against(case, _fold(case), expected, tracked)

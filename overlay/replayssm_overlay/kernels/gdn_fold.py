@@ -48,7 +48,6 @@ SUPPORTED_K = 128  # the tree above is the one the decode kernel has for K = 128
 BLOCK_V = 16  # columns per program
 NUM_WARPS = 1
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
-PROGRAMS_PER_SM = 8  # persistent fold programs per multiprocessor; None: one program per work item
 
 
 def lanes_from_front(version: str | None = None) -> bool:
@@ -164,22 +163,9 @@ def gdn_replayssm_knorm_kernel(
         tl.store(p_out + t * K, b_k)
 
 
-@triton.jit
-def _work_item(w, total, n_rows, slots, accept_lens, NV: tl.constexpr, HV: tl.constexpr, NULL_ID: tl.constexpr):
-    """Work item w -> (V block, batch row, layer, value head, slot, accepted steps); 0 steps when the
-    item is past the end, its row is padded (slot <= NULL_ID) or has nothing accepted."""
-    i_v = w % NV
-    i_n = (w // NV) % n_rows
-    i_hvl = w // (NV * n_rows)
-    slot = tl.load(slots + i_n).to(tl.int64)
-    n_commit = tl.load(accept_lens + i_n)
-    n_commit = tl.where((w < total) & (slot > NULL_ID), n_commit, 0)
-    return i_v, i_n, (i_hvl // HV).to(tl.int64), i_hvl % HV, slot, n_commit
-
-
 @triton.jit(
     do_not_specialize=[
-        "n_rows", "n_items", "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
+        "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
         "gate_layer_stride", "gate_slot_stride",
     ]
 )
@@ -193,8 +179,6 @@ def gdn_replayssm_fold_kernel(
     accept_lens,  # [B] int32, incl. the bonus token
     track_slots,  # [B] int32 (HAS_TRACK), < 0: none
     track_steps,  # [B] int32 (HAS_TRACK), step whose state goes to the track slot, -1: none
-    n_rows,  # B
-    n_items,  # (V // BV) * B * HV * L work items
     state_layer_tiles,  # state strides in units of K*V
     state_slot_tiles,
     rawv_layer_rows,  # rawv strides in units of V
@@ -212,86 +196,69 @@ def gdn_replayssm_fold_kernel(
     FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
-    """Grid (P,): program p folds work items p, p + P, p + 2P, ... and loads the state tile of its next
-    item while it folds the current one, so that every resident warp keeps a state load in flight
-    while it computes (with P = n_items each program has one item)."""
-    NV: tl.constexpr = V // BV
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
+    """Grid (V // BV, B, HV * L)."""
+    i_v = tl.program_id(0)
+    i_n = tl.program_id(1)
+    i_hvl = tl.program_id(2)
+    i_layer = (i_hvl // HV).to(tl.int64)
+    i_hv = i_hvl % HV
+    i_h = i_hv // (HV // H)
+
+    slot = tl.load(slots + i_n).to(tl.int64)
+    if slot <= NULL_ID:
+        return
+    n_commit = tl.load(accept_lens + i_n)
+    if n_commit <= 0:
+        return
+    if HAS_TRACK:
+        track_slot = tl.load(track_slots + i_n).to(tl.int64)
+        track_step = tl.load(track_steps + i_n)
+    else:
+        track_slot = NULL_ID
+        track_step = -1
+
     o_k = _k_offsets(FRONT)
-    o_vb = _v_offsets(FRONT, BV)
+    o_v = i_v * BV + _v_offsets(FRONT, BV)
+    head_tile = (i_layer * state_layer_tiles + i_hv) * K * V
+    p_h = state + head_tile + slot * state_slot_tiles * K * V + o_v * K + o_k
+    b_h = tl.load(p_h)
 
-    i_v, i_n, i_layer, i_hv, slot, n_commit = _work_item(pid, n_items, n_rows, slots, accept_lens, NV, HV, NULL_ID)
-    n_h = tl.load(state + ((i_layer * state_layer_tiles + i_hv) + slot * state_slot_tiles) * K * V
-                  + (i_v * BV + o_vb) * K + o_k, mask=n_commit > 0, other=0.0)
-    for w in range(pid, n_items, nprog):
-        b_h = n_h
-        i_v, i_n, i_layer, i_hv, slot, n_commit = _work_item(w, n_items, n_rows, slots, accept_lens, NV, HV,
-                                                             NULL_ID)
-        # the next item's state tile is in flight while this one folds
-        x_v, x_n, x_layer, x_hv, x_slot, x_commit = _work_item(w + nprog, n_items, n_rows, slots, accept_lens,
-                                                               NV, HV, NULL_ID)
-        n_h = tl.load(state + ((x_layer * state_layer_tiles + x_hv) + x_slot * state_slot_tiles) * K * V
-                      + (x_v * BV + o_vb) * K + o_k, mask=x_commit > 0, other=0.0)
+    # k is read with the tile's own shape (each column's thread reads the k it needs): that keeps
+    # Triton's layout for the loop the state's, with j, a4..a1 in a thread and a0 x V across lanes
+    p_k = knorm + ((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL * K + o_k + 0 * o_v
+    p_v = rawv + (i_layer * rawv_layer_rows + slot * rawv_slot_rows + i_hv * RL) * V + o_v
+    p_g = gate + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
+    p_b = beta + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
 
-        i_h = i_hv // (HV // H)
-        o_v = i_v * BV + o_vb
-        head_tile = (i_layer * state_layer_tiles + i_hv) * K * V
+    n_v = tl.load(p_v)
+    n_g = tl.load(p_g)
+    n_b = tl.load(p_b)
+    for t in range(0, n_commit):
+        b_k = tl.load(p_k + t * K)
+        b_v = n_v.to(tl.float32)
+        b_g = n_g
+        b_beta = n_b
+        # the next step's v, g, beta are in flight while this step computes (prefetching k too costs
+        # 64 registers and was slower on the H200: notes/perf.md)
+        more = t + 1 < n_commit
+        n_v = tl.load(p_v + (t + 1) * V, mask=more, other=0.0)
+        n_g = tl.load(p_g + (t + 1), mask=more, other=0.0)
+        n_b = tl.load(p_b + (t + 1), mask=more, other=0.0)
+
+        b_h *= tl.exp(b_g)
+        b_v -= _dot_k(b_h, b_k, TREE_NUMPY)
+        b_v *= b_beta
+        b_h = tl.fma(b_k, b_v, b_h)
+
         if HAS_TRACK:
-            track_slot = tl.load(track_slots + i_n).to(tl.int64)
-            track_step = tl.load(track_steps + i_n)
-        else:
-            track_slot = NULL_ID
-            track_step = -1
-        # k is read with the tile's own shape (each column's thread reads the k it needs): that keeps
-        # Triton's layout for the loop the state's, with j, a4..a1 in a thread and a0 x V across lanes
-        p_k = knorm + ((i_layer * n_rows + i_n) * H + i_h) * RL * K + o_k + 0 * o_v
-        p_v = rawv + (i_layer * rawv_layer_rows + slot * rawv_slot_rows + i_hv * RL) * V + o_v
-        p_g = gate + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
-        p_b = beta + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
-        active = n_commit > 0
-        n_v = tl.load(p_v, mask=active, other=0.0)
-        n_g = tl.load(p_g, mask=active, other=0.0)
-        n_b = tl.load(p_b, mask=active, other=0.0)
-        for t in range(0, n_commit):
-            b_k = tl.load(p_k + t * K)
-            b_v = n_v.to(tl.float32)
-            b_g = n_g
-            b_beta = n_b
-            # the next step's v, g, beta are in flight while this step computes
-            more = t + 1 < n_commit
-            n_v = tl.load(p_v + (t + 1) * V, mask=more, other=0.0)
-            n_g = tl.load(p_g + (t + 1), mask=more, other=0.0)
-            n_b = tl.load(p_b + (t + 1), mask=more, other=0.0)
+            if (t == track_step) & (track_slot > NULL_ID):
+                tl.store(state + head_tile + track_slot * state_slot_tiles * K * V + o_v * K + o_k, b_h)
 
-            b_h *= tl.exp(b_g)
-            b_v -= _dot_k(b_h, b_k, TREE_NUMPY)
-            b_v *= b_beta
-            b_h = tl.fma(b_k, b_v, b_h)
-
-            if HAS_TRACK:
-                if (t == track_step) & (track_slot > NULL_ID):
-                    tl.store(state + head_tile + track_slot * state_slot_tiles * K * V + o_v * K + o_k, b_h)
-
-        tl.store(state + head_tile + slot * state_slot_tiles * K * V + o_v * K + o_k, b_h, mask=active)
+    tl.store(p_h, b_h)
 
 
 def _tree_numpy() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-_SM_COUNT = {}
-
-
-def _multiprocessors(device) -> int:
-    if device.type != "cuda":
-        return 1
-    index = device.index if device.index is not None else 0
-    if index not in _SM_COUNT:
-        import torch
-
-        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SM_COUNT[index]
 
 
 def _as_int32(t):
@@ -344,13 +311,11 @@ def fold_all_layers(
     null_id: int = -1,
     kernels=None,
     tree_numpy: bool | None = None,
-    programs: int | None = None,
 ) -> None:
     """Fold every layer's accepted window into `state` (contract of SGLang 0.5.19's
     `commit_gdn_replayssm_fold_all_layers`): two launches for all layers, the k normalization then the
     fold. `kernels` is a pair of prebuilt launchers (knorm, fold) from kernels/loader.py, or None for
-    Triton's JIT. `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter.
-    `programs`: fold programs (each takes every `programs`-th work item); None: PROGRAMS_PER_SM per SM."""
+    Triton's JIT. `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
     import torch
 
     check_shapes(state, rawv, rawk, gate, beta)
@@ -375,18 +340,16 @@ def fold_all_layers(
         H=H, K=K, RL=RL, USE_QK_L2NORM=use_qk_l2norm, NULL_ID=null_id, FRONT=front, TREE_NUMPY=tree_numpy,
         num_warps=1, num_stages=NUM_STAGES,
     )
-    n_items = (V // BLOCK_V) * B * HV * L
-    if programs is None:
-        programs = n_items if PROGRAMS_PER_SM is None else _multiprocessors(state.device) * PROGRAMS_PER_SM
-    fold_kernel[(max(1, min(programs, n_items)),)](
-        state, rawv, knorm, gate, beta, slots, accept_lens, track_slots, track_steps, B, n_items,
+    fold_kernel[(V // BLOCK_V, B, HV * L)](
+        state, rawv, knorm, gate, beta, slots, accept_lens, track_slots, track_steps,
         _units(state.stride(0), K * V, "state layer"),
         _units(state.stride(1), K * V, "state slot"),
         _units(rawv.stride(0), V, "rawv layer"),
         _units(rawv.stride(1), V, "rawv slot"),
         gate.stride(0),
         gate.stride(1),
-        H=H, HV=HV, K=K, V=V, BV=BLOCK_V, RL=RL, NULL_ID=null_id, HAS_TRACK=has_track, FRONT=front, TREE_NUMPY=tree_numpy, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        H=H, HV=HV, K=K, V=V, BV=BLOCK_V, RL=RL, NULL_ID=null_id, HAS_TRACK=has_track, FRONT=front,
+        TREE_NUMPY=tree_numpy, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
 
 
@@ -406,7 +369,7 @@ def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_ver
     )]
     fold_sig = {"state": "*fp32", "rawv": "*bf16", "knorm": "*fp32", "gate": "*fp32", "beta": "*fp32", **ints,
                 "track_slots": "*i32", "track_steps": "*i32"}
-    fold_sig.update({name: "i32" for name in gdn_replayssm_fold_kernel.arg_names[9:17]})
+    fold_sig.update({name: "i32" for name in gdn_replayssm_fold_kernel.arg_names[9:15]})
     for has_track in (False, True):
         specs.append(dict(
             kernel=gdn_replayssm_fold_kernel, signature=dict(fold_sig), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
