@@ -1,22 +1,24 @@
-"""The overlay's GDN ReplaySSM fold: replay the accepted raw window into the fp32 state, all layers in one
-launch, bitwise equal to SGLang 0.5.19's decode recurrence run token by token.
+"""The overlay's GDN ReplaySSM fold: replay the accepted raw window into the fp32 state, all layers in two
+launches (k l2-normalized once into a scratch, then the fold), bitwise equal to SGLang 0.5.19's decode
+recurrence run token by token.
 
 Why a kernel of our own: 0.5.19's fold keeps the decode kernel's tile (one warp holds a [K=128, 32]
 block, four k values per lane), so every step reduces over k with 5 butterfly shuffles per column, twice
 per step counting the l2 norm, and waits on each step's loads. At DFlash windows (T=16) that is
 latency and shuffle bound, a quarter of the bandwidth floor. This kernel computes the same function with
 the same fp32 operations in the same association, but lays the tile out so that most of the reduction
-tree is inside a thread, and prefetches each step's inputs one step ahead.
+tree is inside a thread, normalizes each k once instead of once per column block, and prefetches each
+step's v, g and beta one step ahead.
 
 The reduction tree it must reproduce (read off the decode kernel's PTX, Triton 3.6.0 and 3.7.1, sm_90,
 K=128, 16-byte-divisible strides, which is how the server calls it): write k = 4*i + j (i < 32, j < 4).
 Each sum over k (the l2 norm of k, and h^T k) is first a chain per group i,
 `((x[4i] + x[4i+1]) + x[4i+2]) + x[4i+3]` (the compiler contracts each product into it as an fma), then
 a butterfly over i that pairs i with i^16, then i^8, i^4, i^2, i^1. Here i is split into its five bits
-(a4..a0), each a size-2 axis of the tile, and the sums pair exactly those partners, so the result does
-not depend on which of them Triton keeps in a thread: [a4, a3, V, a2, a1, a0, j] puts j, a4, a3 and 8
-of the V columns in each thread and a2..a0 across lanes (3 shuffles per column instead of 5, and a
-column's 16 k-values of h share one normalized k).
+(a4..a0), each a size-2 axis of the tile, and the sums pair exactly those partners, with the chain's
+fmas written out, so the result does not depend on which axes Triton keeps in a thread. The tile keeps
+j, a4, a3 (16 k) of 4 columns in each thread and puts a2..a0 and 4 columns on the lanes: 3 shuffles
+per column and step instead of 5, a quarter of the k reads of one column per thread, 121 registers.
 
 Under TRITON_INTERPRET=1 SGLang's kernels reduce with numpy (a row-sequential sum for h^T k, numpy's
 pairwise sum for the l2 norm), so the same reference has another tree on the CPU: `TREE_NUMPY` selects
@@ -29,12 +31,12 @@ Shapes (per tensor-parallel rank):
   rawk    [num_layers, num_slots, H, RL, K]  bf16 (raw pre-norm k per verify step)
   g, beta [num_layers, num_slots, HV, RL]    fp32
   slots, accept_lens, track_slots, track_steps [B] int32
-Grid: (V // BV, B, HV * num_layers); BV // 32 warps per program, each thread 8 columns x 16 k.
+Grid: (V // BV, B, HV * num_layers) for the fold (BV // 16 warps), (H * num_layers, B) for the k norm.
 
 Specializations (what `aot_specializations` lists for the ahead-of-time build): the constexprs are the
 head geometry (H, HV, K=128, V), BV, the window RL, USE_QK_L2NORM, NULL_ID (-1), HAS_TRACK (both values)
-and TREE_NUMPY=False; strides, layer and slot counts are runtime int32 arguments (not specialized), so one
-binary serves any pool size.
+FRONT (the Triton version's lane order, see `_dot_k`) and TREE_NUMPY=False; strides, batch, layer and
+slot counts are runtime int32 arguments (not specialized), so one binary serves any pool size.
 """
 
 from __future__ import annotations
@@ -69,63 +71,64 @@ def _split_j(x):
     return x0, x1, x2, x3
 
 
+# Tile axes: [a0, a1, a2, V, a4, a3, V, a2, a1, a0, j] with k = 64*a4 + 32*a3 + 16*a2 + 8*a1 + 4*a0 + j.
+# a0, a1, a2 and V each sit on two axes, one of size 1: at the front when FRONT, else at the back.
+# Triton hands the lanes of a load to its non-contiguous axes in axis order, from the front in Triton
+# 3.6 and from the back in 3.7, so either way a0, a1, a2 (8 lanes) and 4 V-lanes fill the warp, and
+# each thread holds j, a4, a3 (16 k) of 4 columns. Speed only: the tree below is explicit.
 @triton.jit
 def _dot_k(x, y, TREE_NUMPY: tl.constexpr):
-    """sum over k of x * y in the reference's association. Tile axes (see `_k_offsets`):
-    [a0, V, a4, a3, a2, a1, V, a0, j], each a0 and V pair with one axis of size 1; the result keeps
-    every axis, with size 1 on the k axes.
+    """sum over k of x * y in the reference's association; the result keeps every axis, with size 1
+    on the k axes.
 
     The fmas are written out: LLVM contracts `(x0*y0 + x1*y1)` into either fma(x0, y0, x1*y1), what the
     decode kernel's PTX has, or fma(x1, y1, x0*y0), depending on how it vectorized the code around it."""
     x, y = tl.broadcast(x, y)
-    VF: tl.constexpr = x.shape[1]
+    VF: tl.constexpr = x.shape[3]
     VB: tl.constexpr = x.shape[6]
     if TREE_NUMPY:
-        flat = tl.reshape(tl.permute(x * y, [2, 3, 4, 5, 0, 7, 8, 1, 6]), [128, VF * VB])
-        return tl.reshape(tl.sum(flat, 0), [1, VF, 1, 1, 1, 1, VB, 1, 1])
+        flat = tl.reshape(tl.permute(x * y, [4, 5, 2, 7, 1, 8, 0, 9, 10, 3, 6]), [128, VF * VB])
+        return tl.reshape(tl.sum(flat, 0), [1, 1, 1, VF, 1, 1, VB, 1, 1, 1, 1])
     else:
         x0, x1, x2, x3 = _split_j(x)
         y0, y1, y2, y3 = _split_j(y)
         s = tl.fma(x0, y0, x1 * y1)
         s = tl.fma(x2, y2, s)
         s = tl.fma(x3, y3, s)
-        s = tl.sum(s, 2, keep_dims=True)  # i ^ 16
-        s = tl.sum(s, 3, keep_dims=True)  # i ^ 8
-        s = tl.sum(s, 4, keep_dims=True)  # i ^ 4
-        s = tl.sum(s, 5, keep_dims=True)  # i ^ 2
-        s = tl.sum(s, 7, keep_dims=True)  # i ^ 1 (one of these two a0 axes has size 1)
+        s = tl.sum(s, 4, keep_dims=True)  # i ^ 16
+        s = tl.sum(s, 5, keep_dims=True)  # i ^ 8
+        s = tl.sum(s, 7, keep_dims=True)  # i ^ 4 (of each pair of a-axes one has size 1)
+        s = tl.sum(s, 2, keep_dims=True)
+        s = tl.sum(s, 8, keep_dims=True)  # i ^ 2
+        s = tl.sum(s, 1, keep_dims=True)
+        s = tl.sum(s, 9, keep_dims=True)  # i ^ 1
         s = tl.sum(s, 0, keep_dims=True)
-        return tl.expand_dims(s, 8)
+        return tl.expand_dims(s, 10)
 
 
 @triton.jit
 def _k_offsets(FRONT: tl.constexpr):
-    """k = 64*a4 + 32*a3 + 16*a2 + 8*a1 + 4*a0 + j on the axes [a0, V, a4, a3, a2, a1, V, a0, j].
-
-    a0 and V each sit on two axes, one of size 1: at the front when FRONT, else at the back. Triton
-    gives the lanes of a load to its non-contiguous axes in axis order, from the front in Triton 3.6
-    and from the back in 3.7, so FRONT puts a0 x V on the lanes in either (speed only: the tree is
-    explicit and does not depend on the layout)."""
+    """k on the tile axes (see above)."""
     if FRONT:
-        a0 = tl.arange(0, 2)[:, None, None, None, None, None, None, None, None]
+        lanes = (4 * tl.arange(0, 2)[:, None, None, None, None, None, None, None, None, None, None] + 8 * tl.arange(0, 2)[None, :, None, None, None, None, None, None, None, None, None]
+                 + 16 * tl.arange(0, 2)[None, None, :, None, None, None, None, None, None, None, None])
     else:
-        a0 = tl.arange(0, 2)[None, None, None, None, None, None, None, :, None]
+        lanes = (4 * tl.arange(0, 2)[None, None, None, None, None, None, None, None, None, :, None] + 8 * tl.arange(0, 2)[None, None, None, None, None, None, None, None, :, None, None]
+                 + 16 * tl.arange(0, 2)[None, None, None, None, None, None, None, :, None, None, None])
     return (
-        4 * a0
-        + 64 * tl.arange(0, 2)[None, None, :, None, None, None, None, None, None]
-        + 32 * tl.arange(0, 2)[None, None, None, :, None, None, None, None, None]
-        + 16 * tl.arange(0, 2)[None, None, None, None, :, None, None, None, None]
-        + 8 * tl.arange(0, 2)[None, None, None, None, None, :, None, None, None]
-        + tl.arange(0, 4)[None, None, None, None, None, None, None, None, :]
+        lanes
+        + 64 * tl.arange(0, 2)[None, None, None, None, :, None, None, None, None, None, None]
+        + 32 * tl.arange(0, 2)[None, None, None, None, None, :, None, None, None, None, None]
+        + tl.arange(0, 4)[None, None, None, None, None, None, None, None, None, None, :]
     )
 
 
 @triton.jit
 def _v_offsets(FRONT: tl.constexpr, BV: tl.constexpr):
     if FRONT:
-        return tl.arange(0, BV)[None, :, None, None, None, None, None, None, None]
+        return tl.arange(0, BV)[None, None, None, :, None, None, None, None, None, None, None]
     else:
-        return tl.arange(0, BV)[None, None, None, None, None, None, :, None, None]
+        return tl.arange(0, BV)[None, None, None, None, None, None, :, None, None, None, None]
 
 
 @triton.jit(do_not_specialize=["rawk_layer_rows", "rawk_slot_rows"])
