@@ -265,7 +265,7 @@ def variants(ceiling: float):
     for B in (8, 1):
         pool = Pool(N, B, sets=4, snapshot=False)
         lens = torch.full((B,), N, dtype=torch.int32, device="cuda")
-        for bv, nw in ((16, 1), (32, 2)):
+        for bv, nw in ((16, 1), (32, 2), (64, 4)):
             gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS = bv, nw
             t = graph_time(lambda i: gdn_fold.fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
                                                               pool.slot_sets[i], lens), 4, 40)
