@@ -48,12 +48,12 @@ import triton.language as tl
 
 SUPPORTED_K = 128  # the tree above is the one the decode kernel has for K = 128
 BLOCK_V = 16  # columns per program
-NUM_WARPS = 1
+NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
 
 
 def lanes_from_front(version: str | None = None) -> bool:
-    """Triton before 3.7 hands lanes to tied axes from the front, 3.7 from the back (see _k_offsets)."""
+    """Triton before 3.7 hands lanes to tied axes from the front, 3.7 from the back (see the tile axes)."""
     major, minor = (int(x) for x in (version or triton.__version__).split(".")[:2])
     return (major, minor) < (3, 7)
 
