@@ -45,7 +45,12 @@ def main(argv=None):
     else:
         cmd = [part.format(out=out, model=args.model) for part in BUILD_COMMAND]
         print("kernels stage: " + " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
+        returncode = subprocess.run(cmd).returncode
+        if returncode != 0:
+            print(f"kernels stage: the AOT build failed (exit {returncode}); see its message above. A base "
+                  "without Triton cannot build them: use RSO_KERNELS=skip (make build KERNELS=skip)",
+                  file=sys.stderr)
+            return 1
         record["status"] = "built"
         record["detail"] = "compiled ahead of time: " + " ".join(cmd)
         record["dir"] = FINAL_DIR
