@@ -44,12 +44,17 @@ def build_wheel(python: str, wheels: Path) -> Path:
                                 ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
             else:
                 shutil.copy2(source, Path(src) / name)
-        proc = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                               "--disable-pip-version-check", "-q", "-w", str(wheels), src],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # offline first (the python's own setuptools), then with pip's isolated build env (needs PyPI)
+        for isolation in (["--no-build-isolation"], []):
+            proc = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", *isolation,
+                                   "--disable-pip-version-check", "-q", "-w", str(wheels), src],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if proc.returncode == 0:
+                break
     if proc.returncode != 0:
         raise Refusal(f"building the overlay wheel with {python} failed:\n{proc.stdout.strip()}",
-                      "run `make setup` (it builds .venv with setuptools), or pass PYTHON=<a python with pip and setuptools>")
+                      "run `make setup` (.venv has pip and setuptools), or pass WHEEL_PYTHON=<a python with "
+                      "pip and setuptools>=70.1>")
     found = sorted(wheels.glob("sglang_replayssm_overlay-*.whl"))
     if [w.name.split("-")[1] for w in found] != [version]:
         raise Refusal(f"expected one overlay wheel of version {version} in {wheels}, found {[w.name for w in found]}",
