@@ -2,7 +2,8 @@
 
 SGLang 0.5.19 reads its flags from process-wide config bags (`get_spec()`, `get_exec()`, ...), which a
 server publishes at start-up. `published(...)` installs them through SGLang's own test-scoped
-`RuntimeContext.override_server_args` for the length of a block, with the fields these paths read.
+`RuntimeContext.override_server_args` for the length of a block, with the fields these paths read, and
+a single-GPU attention-TP width (no process groups are built here).
 """
 
 import contextlib
@@ -22,7 +23,7 @@ def published(
 ):
     """Publish a config with `--speculative-algorithm algorithm` and the ReplaySSM spec flag; optionally
     set `SGLANG_RAGGED_VERIFY_MODE` for the block."""
-    from sglang.srt.runtime_context import get_context
+    from sglang.srt.runtime_context import get_context, get_parallel
 
     override = get_context().override_server_args(
         speculative_algorithm=algorithm,
@@ -36,7 +37,8 @@ def published(
         os.environ["SGLANG_RAGGED_VERIFY_MODE"] = ragged_verify_mode
     override.install()
     try:
-        yield
+        with get_parallel().override(attn_tp_size=1, attn_tp_rank=0):
+            yield
     finally:
         override.restore()
         if previous_mode is None:

@@ -1,0 +1,78 @@
+"""A private copy of the installed SGLang, patched or not, and the probe run against it in a subprocess.
+
+The installed SGLang is never modified: the demo and the end-to-end tests copy its package directory
+into a temporary tree, run `harness.probe` with that tree first on PYTHONPATH (stock behaviour), apply
+the overlay to the copy with the patcher's Python API, and run the probe again (patched behaviour).
+"""
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+SUPPORTED_RELEASE = "0.5.19"
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class SandboxError(RuntimeError):
+    """The environment cannot run the demo (no or unsupported SGLang, a probe that crashed)."""
+
+
+def installed_sglang() -> pathlib.Path:
+    """The installed `sglang` package directory (found without importing it); must be 0.5.19."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise SandboxError("sglang is not installed in this Python; run `make setup` first")
+    version = importlib.metadata.version("sglang")
+    if version != SUPPORTED_RELEASE:
+        raise SandboxError(
+            f"installed sglang is {version}; the overlay and this harness support {SUPPORTED_RELEASE} "
+            f"(`pip install --no-deps sglang=={SUPPORTED_RELEASE}`, or `make setup`)"
+        )
+    return pathlib.Path(list(spec.submodule_search_locations)[0])
+
+
+def copy_sglang(destination_root: pathlib.Path) -> pathlib.Path:
+    """Copy the installed sglang package to `destination_root/sglang`; returns the copy's package dir."""
+    target = destination_root / "sglang"
+    shutil.copytree(installed_sglang(), target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def apply_overlay(sglang_dir: pathlib.Path) -> dict:
+    """Patch the copy with the overlay's patcher (its Python API); returns the patcher's report."""
+    from replayssm_overlay.patcher import apply
+
+    return apply(sglang_dir)
+
+
+def probe_env(sglang_dir: pathlib.Path) -> dict:
+    """The environment of a subprocess that imports the copy's sglang and this tree's packages."""
+    paths = [str(sglang_dir.parent), str(REPO_ROOT / "overlay"), str(REPO_ROOT / "smoke_tests"), str(REPO_ROOT)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def run_probe(sglang_dir: pathlib.Path, *, part: str = "all", seed: int = 0, quiet: bool = False) -> dict:
+    """Run `python -m harness.probe` against the copy at `sglang_dir`; returns its JSON report.
+
+    Progress lines of the probe go to this process's stderr as they come."""
+    command = [sys.executable, "-m", "harness.probe", "--part", part, "--seed", str(seed)]
+    if quiet:
+        command.append("--quiet")
+    completed = subprocess.run(
+        command, env=probe_env(sglang_dir), cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, check=False
+    )
+    if completed.returncode != 0:
+        raise SandboxError(f"the probe against {sglang_dir} failed (exit {completed.returncode})")
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    if pathlib.Path(report["sglang"]) != sglang_dir:
+        raise SandboxError(f"the probe imported {report['sglang']}, not the copy at {sglang_dir}")
+    return report
