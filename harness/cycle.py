@@ -95,6 +95,34 @@ def hook_commit(algorithm: str):
     return commit
 
 
+def dflash_track_steps(scenario: Scenario) -> dict:
+    """The extra-buffer track steps for a tracked scenario: what SGLang's DFLASH method body computes
+    (0.5.19 compares against the pre-verify lengths, so never a step), what the overlay computes, and
+    the expected ones."""
+    from replayssm_overlay.hooks.commit import steps_to_track
+
+    pre = torch.tensor(scenario.seq_lens_pre, dtype=torch.int64)
+    commit_lens = torch.tensor(scenario.commit_lens, dtype=torch.int32)
+    backend = stand_ins.recording_backend()
+    worker = stand_ins.spec_worker(pool=None, attn_backend=backend)
+    batch = stand_ins.schedule_batch(
+        torch.arange(len(pre)), pre.clone(), mamba_track_indices=torch.arange(len(pre), dtype=torch.int32)
+    )
+    with published("DFLASH"):
+        sglang_commit("DFLASH")(worker, batch, pre, None, commit_lens)
+        from sglang.srt.runtime_context import mamba_track_grid
+
+        overlay = steps_to_track(pre, pre + commit_lens, commit_lens, mamba_track_grid(1))
+    return {
+        "scenario": scenario.name,
+        "commit_lens": list(scenario.commit_lens),
+        "seq_lens_pre": list(scenario.seq_lens_pre),
+        "sglang_dflash_body": backend.calls[-1]["mamba_steps_to_track"].tolist(),
+        "overlay": overlay.tolist(),
+        "expected": scenario.expected_track_steps(),
+    }
+
+
 @dataclass
 class CycleResult:
     scenario: str

@@ -11,6 +11,7 @@ assignments. Nothing on disk is modified.
 
 import ast
 import os
+import sys
 
 _MARK = "_replayssm_harness_loop_fix"
 
@@ -42,6 +43,13 @@ def enable() -> None:
     Raises RuntimeError if Triton was already imported with the interpreter off, or if the interpreter
     no longer has the AST transformer this fix extends (a Triton other than the one SGLang pins).
     """
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        early = sorted(name for name in sys.modules if name.startswith("sglang.kernels."))
+        if early:
+            raise RuntimeError(
+                f"SGLang's Triton kernels were imported before the interpreter was enabled ({early[0]}, ...); "
+                "set TRITON_INTERPRET=1 in the environment, or call harness.interpreter.enable() first"
+            )
     os.environ["TRITON_INTERPRET"] = "1"
     from triton import knobs
     from triton.runtime import interpreter

@@ -52,6 +52,13 @@ def probe_cycle(progress, seed: int) -> list:
     return results
 
 
+def probe_dflash_track_steps() -> dict:
+    from harness.cycle import SCENARIOS, dflash_track_steps
+
+    tracked = next(s for s in SCENARIOS if s.tracked and s.algorithm == "DFLASH")
+    return dflash_track_steps(tracked)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m harness.probe",
@@ -67,22 +74,20 @@ def main(argv=None) -> int:
         if not args.quiet:
             print(f"  .. {line}", file=sys.stderr, flush=True)
 
-    from harness import interpreter
-
-    interpreter.enable()
     warnings.filterwarnings("ignore")  # SGLang's CPU import warnings and numpy overflow on padded rows
     started = time.monotonic()
     progress("importing sglang (a few seconds)")
+    from harness import on_cpu
+
+    on_cpu.prepare()
     import sglang
 
-    from harness.cpu_redirects import relax_conv_scatter_cuda_guard
-
-    relax_conv_scatter_cuda_guard()
     report = {"sglang": sglang.__file__.rsplit("/", 1)[0]}
     if args.part in ("all", "configurator"):
         report["configurator"] = probe_configurator(progress)
     if args.part in ("all", "cycle"):
         report["cycle"] = probe_cycle(progress, args.seed)
+        report["dflash_track_steps"] = probe_dflash_track_steps()
     report["seconds"] = round(time.monotonic() - started, 1)
     json.dump(report, sys.stdout)
     print()

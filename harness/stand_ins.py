@@ -46,3 +46,10 @@ def schedule_batch(req_pool_indices, seq_lens, mamba_track_indices=None, page_si
         mamba_track_indices=mamba_track_indices,
         tree_cache=SimpleNamespace(page_size=page_size),
     )
+
+
+def recording_backend():
+    """An attention-backend stand-in that only records what a commit method asks it to do (no pool, so
+    the overlay's hooks decline it and SGLang's own method body runs)."""
+    calls = []
+    return SimpleNamespace(update_mamba_state_after_mtp_verify=lambda **kwargs: calls.append(kwargs), calls=calls)

@@ -1,0 +1,48 @@
+"""The verify -> commit cycle through the PATCHED `DFlashWorkerV2._update_target_mamba_state_after_verify`
+and `DSparkWorkerV2._commit_target_mamba_states_after_verify`, and the stock methods on the same input.
+
+A copy of the installed SGLang 0.5.19 is made in a temporary directory (the installed one is never
+touched); `harness.probe` runs every scenario in a subprocess importing the copy before patching (stock:
+the commit crashes) and after the overlay's patcher applied it (bitwise equal to token-by-token decode).
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness import sandbox
+from harness.cycle import SCENARIOS
+
+pytest.importorskip("replayssm_overlay.patcher")
+
+STOCK_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
+
+
+@pytest.fixture(scope="module")
+def reports():
+    root = Path(tempfile.mkdtemp(prefix="replayssm-cycle-"))
+    try:
+        copy = sandbox.copy_sglang(root)
+        stock = sandbox.run_probe(copy, part="cycle", quiet=True, seed=4)
+        sandbox.apply_overlay(copy)
+        patched = sandbox.run_probe(copy, part="cycle", quiet=True, seed=4)
+        yield {"stock": stock, "patched": patched}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=[f"{s.name}-{s.algorithm}" for s in SCENARIOS])
+def test_scenario(reports, index):
+    stock, patched = reports["stock"]["cycle"][index], reports["patched"]["cycle"][index]
+    assert stock["scenario"] == patched["scenario"] == SCENARIOS[index].name
+    assert not stock["committed"] and stock["error"].startswith(STOCK_CRASH), stock
+    assert patched["committed"] and patched["bitwise_equal"], patched
+
+
+def test_patched_dflash_commits_the_track_step(reports):
+    tracked = [r for r in reports["patched"]["cycle"] if r["algorithm"] == "DFLASH" and max(r["track_steps"]) >= 0]
+    assert tracked and all(r["checks"]["track slots == decode at track step"] for r in tracked)
+    steps = reports["stock"]["dflash_track_steps"]
+    assert steps["sglang_dflash_body"] == [-1] * len(steps["commit_lens"]) != steps["expected"]
