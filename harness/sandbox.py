@@ -5,6 +5,7 @@ into a temporary tree, run `harness.probe` with that tree first on PYTHONPATH (s
 the overlay to the copy with the patcher's Python API, and run the probe again (patched behaviour).
 """
 
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -13,6 +14,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 SUPPORTED_RELEASE = "0.5.19"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -76,3 +78,19 @@ def run_probe(sglang_dir: pathlib.Path, *, part: str = "all", seed: int = 0, qui
     if pathlib.Path(report["sglang"]) != sglang_dir:
         raise SandboxError(f"the probe imported {report['sglang']}, not the copy at {sglang_dir}")
     return report
+
+
+@functools.cache
+def stock_and_patched_reports(seed: int = 0) -> dict:
+    """The probe's full report on a pristine copy of the installed SGLang and on the same copy after the
+    overlay was applied, made once per process (tests in several modules share it). The copy is deleted
+    before this returns."""
+    root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
+    try:
+        copy = copy_sglang(root)
+        stock = run_probe(copy, seed=seed, quiet=True)
+        apply_overlay(copy)
+        patched = run_probe(copy, seed=seed, quiet=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"stock": stock, "patched": patched}

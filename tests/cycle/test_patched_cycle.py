@@ -6,10 +6,6 @@ touched); `harness.probe` runs every scenario in a subprocess importing the copy
 the commit crashes) and after the overlay's patcher applied it (bitwise equal to token-by-token decode).
 """
 
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
 
 from harness import sandbox
@@ -22,15 +18,7 @@ STOCK_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
 
 @pytest.fixture(scope="module")
 def reports():
-    root = Path(tempfile.mkdtemp(prefix="replayssm-cycle-"))
-    try:
-        copy = sandbox.copy_sglang(root)
-        stock = sandbox.run_probe(copy, part="cycle", quiet=True, seed=4)
-        sandbox.apply_overlay(copy)
-        patched = sandbox.run_probe(copy, part="cycle", quiet=True, seed=4)
-        yield {"stock": stock, "patched": patched}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return sandbox.stock_and_patched_reports()
 
 
 @pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=[f"{s.name}-{s.algorithm}" for s in SCENARIOS])

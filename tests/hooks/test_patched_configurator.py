@@ -2,12 +2,9 @@
 
 A copy of the installed SGLang 0.5.19 is patched with the overlay's patcher in a temporary directory
 (the installed one is never touched) and `harness.probe` runs the configurator cases in a subprocess that
-imports the copy, once before patching (stock) and once after.
+imports the copy, once before patching (stock) and once after (`harness.sandbox.stock_and_patched_reports`,
+shared with tests/cycle/test_patched_cycle.py).
 """
-
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -19,15 +16,7 @@ pytest.importorskip("replayssm_overlay.patcher")
 
 @pytest.fixture(scope="module")
 def reports():
-    root = Path(tempfile.mkdtemp(prefix="replayssm-hooks-"))
-    try:
-        copy = sandbox.copy_sglang(root)
-        stock = sandbox.run_probe(copy, part="configurator", quiet=True)
-        sandbox.apply_overlay(copy)
-        patched = sandbox.run_probe(copy, part="configurator", quiet=True)
-        yield {"stock": stock["configurator"], "patched": patched["configurator"]}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return {side: report["configurator"] for side, report in sandbox.stock_and_patched_reports().items()}
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[case.name for case in CASES])
