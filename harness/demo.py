@@ -6,10 +6,7 @@ epilog for what it does; it never modifies the installed SGLang.
 
 import argparse
 import json
-import pathlib
-import shutil
 import sys
-import tempfile
 import time
 
 from harness import sandbox, verdict
@@ -121,32 +118,17 @@ def render(result: dict) -> str:
     )
 
 
-def run(seed: int) -> dict:
-    started = time.monotonic()
-    installed = sandbox.installed_sglang()
-    _progress(f"[1/4] copying SGLang {sandbox.SUPPORTED_RELEASE} from {installed} to a temporary directory")
-    root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-demo-"))
-    try:
-        copy = sandbox.copy_sglang(root)
-        _progress("[2/4] stock 0.5.19: configurator cases and commit cycle (Triton interpreter; ~30 s)")
-        stock = sandbox.run_probe(copy, seed=seed)
-        _progress("[3/4] applying the overlay to the copy")
-        patch = sandbox.apply_overlay(copy)
-        _progress(f"      {patch.get('message', patch)}")
-        _progress("[4/4] patched: configurator cases and commit cycle (~60 s)")
-        patched = sandbox.run_probe(copy, seed=seed)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    result = verdict.evaluate(stock, patched)
+def summarize(reports: dict, *, seed: int, seconds: float) -> dict:
+    """The demo's result from `sandbox.stock_and_patched` reports: every row with its verdict."""
     return {
-        "sglang": str(installed),
+        "sglang": str(sandbox.installed_sglang()),
         "release": sandbox.SUPPORTED_RELEASE,
         "model": TinyGDN().describe(),
-        "patched_files": len(patch.get("files", [])),
-        "patch": patch,
+        "patched_files": len(reports["patch"].get("files", [])),
+        "patch": reports["patch"],
         "seed": seed,
-        **result,
-        "seconds": round(time.monotonic() - started, 1),
+        **verdict.evaluate(reports["stock"], reports["patched"]),
+        "seconds": round(seconds, 1),
     }
 
 
@@ -161,8 +143,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print the full result as JSON instead of tables")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random states and verify windows (default 0)")
     args = parser.parse_args(argv)
+    started = time.monotonic()
     try:
-        result = run(args.seed)
+        reports = sandbox.stock_and_patched(seed=args.seed, progress=_progress)
+        result = summarize(reports, seed=args.seed, seconds=time.monotonic() - started)
     except Exception as error:  # environment problems: no sglang, a failed probe, a refused patch
         print(f"demo: {type(error).__name__}: {error}", file=sys.stderr)
         return 2

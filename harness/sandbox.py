@@ -80,17 +80,30 @@ def run_probe(sglang_dir: pathlib.Path, *, part: str = "all", seed: int = 0, qui
     return report
 
 
-@functools.cache
-def stock_and_patched_reports(seed: int = 0) -> dict:
-    """The probe's full report on a pristine copy of the installed SGLang and on the same copy after the
-    overlay was applied, made once per process (tests in several modules share it). The copy is deleted
-    before this returns."""
+def stock_and_patched(*, seed: int = 0, progress=None) -> dict:
+    """The probe's full report on a pristine copy of the installed SGLang ("stock") and on the same copy
+    after the overlay's patcher applied it ("patched"), with the patcher's report ("patch"). The copy
+    lives in a temporary directory that is deleted before this returns. `progress(line)` (optional)
+    gets a line per step, and the probe's own progress lines go to stderr; without it both are quiet."""
+    say = progress or (lambda line: None)
+    installed = installed_sglang()
     root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
     try:
+        say(f"[1/4] copying SGLang {SUPPORTED_RELEASE} from {installed} to a temporary directory")
         copy = copy_sglang(root)
-        stock = run_probe(copy, seed=seed, quiet=True)
-        apply_overlay(copy)
-        patched = run_probe(copy, seed=seed, quiet=True)
+        say("[2/4] stock 0.5.19 on the copy: configurator cases and commit cycle (Triton interpreter)")
+        stock = run_probe(copy, seed=seed, quiet=progress is None)
+        say("[3/4] applying the overlay to the copy")
+        patch = apply_overlay(copy)
+        say(f"      {patch.get('message', 'applied')}")
+        say("[4/4] patched copy: configurator cases and commit cycle (Triton interpreter)")
+        patched = run_probe(copy, seed=seed, quiet=progress is None)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {"stock": stock, "patched": patched}
+    return {"stock": stock, "patched": patched, "patch": patch}
+
+
+@functools.cache
+def stock_and_patched_reports(seed: int = 0) -> dict:
+    """`stock_and_patched` made once per process, quietly (tests in several modules share it)."""
+    return stock_and_patched(seed=seed)

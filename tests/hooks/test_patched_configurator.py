@@ -16,7 +16,8 @@ pytest.importorskip("replayssm_overlay.patcher")
 
 @pytest.fixture(scope="module")
 def reports():
-    return {side: report["configurator"] for side, report in sandbox.stock_and_patched_reports().items()}
+    reports = sandbox.stock_and_patched_reports()
+    return {side: reports[side]["configurator"] for side in ("stock", "patched")}
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[case.name for case in CASES])
