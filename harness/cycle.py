@@ -193,10 +193,18 @@ def run_cycle(scenario: Scenario, commit, *, model: TinyGDN = TinyGDN(), seed: i
         result.error = _error_line(error)
     if result.committed:
         reference = decode_reference(
-            model, before_temporal, before_conv, weights, window, slots, commit_lens,
+            model,
+            before_temporal,
+            before_conv,
+            weights,
+            window,
+            slots,
+            commit_lens,
             torch.tensor(track_steps) if scenario.tracked else None,
         )
-        result.checks = _compare(spec, before_temporal, before_conv, reference, slots, track_slots, track_steps)
+        result.checks = _compare(
+            spec, before_temporal, before_conv, reference, slots, track_slots, track_steps
+        )
     result.seconds = round(time.monotonic() - started, 2)
     return result
 
@@ -212,7 +220,8 @@ def _compare(spec, before_temporal, before_conv, reference, slots, track_slots, 
         "state == decode": all(torch.equal(temporal[:, s], reference.temporal[:, s]) for s in active),
         "conv == decode": all(torch.equal(conv[:, s], reference.conv[:, s]) for s in active),
         "track slots == decode at track step": all(
-            torch.equal(temporal[:, s], reference.tracked[row][0]) and torch.equal(conv[:, s], reference.tracked[row][1])
+            torch.equal(temporal[:, s], reference.tracked[row][0])
+            and torch.equal(conv[:, s], reference.tracked[row][1])
             for s, row in written_tracks.items()
         ),
         "other slots untouched": all(

@@ -72,13 +72,29 @@ def _yes(flag: bool) -> str:
 def render(result: dict) -> str:
     configurator = _table(
         ["case", "stock 0.5.19", "with overlay", "as expected"],
-        [[r["case"], _outcome(r["stock"]), _outcome(r["patched"]), _yes(r["ok"])] for r in result["configurator"]],
+        [
+            [r["case"], _outcome(r["stock"]), _outcome(r["patched"]), _yes(r["ok"])]
+            for r in result["configurator"]
+        ],
     )
     cycle = _table(
-        ["scenario", "algo", "N", "accept lengths", "padded", "track steps", "bitwise equal", "stock 0.5.19", "as expected"],
+        [
+            "scenario",
+            "algo",
+            "N",
+            "accept lengths",
+            "padded",
+            "track steps",
+            "bitwise equal",
+            "stock 0.5.19",
+            "as expected",
+        ],
         [
             [
-                r["scenario"], r["algorithm"], r["draft_tokens"], ",".join(map(str, r["commit_lens"])),
+                r["scenario"],
+                r["algorithm"],
+                r["draft_tokens"],
+                ",".join(map(str, r["commit_lens"])),
                 ",".join(map(str, r["padded_rows"])) or "-",
                 ",".join(map(str, r["track_steps"])) if max(r["track_steps"]) >= 0 else "-",
                 _yes(r["bitwise_equal"]),
@@ -90,8 +106,12 @@ def render(result: dict) -> str:
     )
     track = result["dflash_track_steps"]
     compact_refusal = next(
-        (r["patched"]["message"] for r in result["configurator"] if r["patched"]["outcome"] == "refused"
-         and r["patched"]["error"] == "OverlayError"), "",
+        (
+            r["patched"]["message"]
+            for r in result["configurator"]
+            if r["patched"]["outcome"] == "refused" and r["patched"]["error"] == "OverlayError"
+        ),
+        "",
     )
     verdict_line = "everything as expected" if result["ok"] else "SOME ROWS NOT AS EXPECTED (see above)"
     return "\n".join(
@@ -141,7 +161,9 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print the full result as JSON instead of tables")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random states and verify windows (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the random states and verify windows (default 0)"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:

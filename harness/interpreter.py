@@ -55,7 +55,9 @@ def enable() -> None:
     from triton.runtime import interpreter
 
     if not knobs.runtime.interpret:
-        raise RuntimeError("Triton's interpreter is off although TRITON_INTERPRET=1; set it before importing triton")
+        raise RuntimeError(
+            "Triton's interpreter is off although TRITON_INTERPRET=1; set it before importing triton"
+        )
     transformer = getattr(interpreter, "ASTTransformer", None)
     if transformer is None:
         raise RuntimeError(

@@ -38,7 +38,9 @@ def probe_configurator(progress) -> list:
         progress(f"configurator: {case.name}")
         counter["calls"] = 0
         result = probe(case)
-        results.append({"case": case.name, "flags": case.flags(), **result, "guard_hook_calls": counter["calls"]})
+        results.append(
+            {"case": case.name, "flags": case.flags(), **result, "guard_hook_calls": counter["calls"]}
+        )
     return results
 
 
@@ -47,7 +49,9 @@ def probe_cycle(progress, seed: int) -> list:
 
     results = []
     for scenario in SCENARIOS:
-        progress(f"commit cycle: {scenario.name} ({scenario.algorithm}, accept lengths {list(scenario.commit_lens)})")
+        progress(
+            f"commit cycle: {scenario.name} ({scenario.algorithm}, accept lengths {list(scenario.commit_lens)})"
+        )
         results.append(run_cycle(scenario, sglang_commit(scenario.algorithm), seed=seed).to_dict())
     return results
 

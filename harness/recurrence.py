@@ -133,7 +133,9 @@ class DecodeReference:
 
     temporal: torch.Tensor  # [layers, slots+1, HV, V, K]: all slots, active ones advanced
     conv: torch.Tensor  # [layers, slots+1, conv_dim, kernel-1]
-    tracked: dict  # row -> (temporal [layers, HV, V, K], conv [layers, conv_dim, kernel-1]) after its track step
+    tracked: (
+        dict  # row -> (temporal [layers, HV, V, K], conv [layers, conv_dim, kernel-1]) after its track step
+    )
 
 
 def decode_reference(

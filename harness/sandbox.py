@@ -6,8 +6,6 @@ the overlay to the copy with the patcher's Python API, and run the probe again (
 """
 
 import functools
-import importlib.metadata
-import importlib.util
 import json
 import os
 import pathlib
@@ -15,6 +13,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+from replayssm_overlay.errors import OverlayError
 
 SUPPORTED_RELEASE = "0.5.19"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -26,16 +26,19 @@ class SandboxError(RuntimeError):
 
 def installed_sglang() -> pathlib.Path:
     """The installed `sglang` package directory (found without importing it); must be 0.5.19."""
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        raise SandboxError("sglang is not installed in this Python; run `make setup` first")
-    version = importlib.metadata.version("sglang")
+    from replayssm_overlay.target import declared_version, find_sglang_dir
+
+    try:
+        sglang_dir = find_sglang_dir()
+    except OverlayError as error:
+        raise SandboxError(f"{error.what}; run `make setup` first") from error
+    version = declared_version(sglang_dir)
     if version != SUPPORTED_RELEASE:
         raise SandboxError(
             f"installed sglang is {version}; the overlay and this harness support {SUPPORTED_RELEASE} "
             f"(`pip install --no-deps sglang=={SUPPORTED_RELEASE}`, or `make setup`)"
         )
-    return pathlib.Path(list(spec.submodule_search_locations)[0])
+    return sglang_dir
 
 
 def copy_sglang(destination_root: pathlib.Path) -> pathlib.Path:
@@ -54,7 +57,12 @@ def apply_overlay(sglang_dir: pathlib.Path) -> dict:
 
 def probe_env(sglang_dir: pathlib.Path) -> dict:
     """The environment of a subprocess that imports the copy's sglang and this tree's packages."""
-    paths = [str(sglang_dir.parent), str(REPO_ROOT / "overlay"), str(REPO_ROOT / "smoke_tests"), str(REPO_ROOT)]
+    paths = [
+        str(sglang_dir.parent),
+        str(REPO_ROOT / "overlay"),
+        str(REPO_ROOT / "smoke_tests"),
+        str(REPO_ROOT),
+    ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"

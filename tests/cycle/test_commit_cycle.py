@@ -18,10 +18,13 @@ from harness.context import published
 from replayssm_overlay.hooks import dflash_commit, dspark_commit
 from replayssm_overlay.hooks.commit import steps_to_track
 
-
 # Every scenario also runs through the patched worker methods in test_patched_cycle.py; here the hooks
 # are called directly on the ones that exercise the most paths (mixed lengths, padding, tracking).
-DIRECT = [s for s in SCENARIOS if s.name in ("mixed lengths", "padded rows") or (s.tracked and s.algorithm == "DFLASH")]
+DIRECT = [
+    s
+    for s in SCENARIOS
+    if s.name in ("mixed lengths", "padded rows") or (s.tracked and s.algorithm == "DFLASH")
+]
 
 
 @pytest.mark.parametrize("scenario", DIRECT, ids=lambda s: f"{s.name}-{s.algorithm}")
@@ -48,8 +51,13 @@ def test_track_steps_match_the_crossing_step():
     rng = random.Random(3)
     for _ in range(200):
         n = rng.randint(1, 8)
-        scenario = Scenario("random", "DFLASH", 8, tuple(rng.randint(1, n) for _ in range(4)),
-                            seq_lens_pre=tuple(rng.randint(1, 40) for _ in range(4)))
+        scenario = Scenario(
+            "random",
+            "DFLASH",
+            8,
+            tuple(rng.randint(1, n) for _ in range(4)),
+            seq_lens_pre=tuple(rng.randint(1, 40) for _ in range(4)),
+        )
         pre = torch.tensor(scenario.seq_lens_pre)
         lens = torch.tensor(scenario.commit_lens, dtype=torch.int32)
         assert steps_to_track(pre, pre + lens, lens, 8).tolist() == scenario.expected_track_steps(8)
@@ -71,7 +79,9 @@ def _commit_inputs(pool, bs=2):
 
 def _both_hooks_decline(worker, batch, pre, lens):
     with published("DSPARK", speculative_eagle_topk=1):
-        return not dflash_commit(worker, batch, pre, lens) and not dspark_commit(worker, batch, pre, pre + lens, lens)
+        return not dflash_commit(worker, batch, pre, lens) and not dspark_commit(
+            worker, batch, pre, pre + lens, lens
+        )
 
 
 def test_hooks_decline_a_pool_without_replayssm():

@@ -7,8 +7,6 @@ import pytest
 
 from harness import demo, sandbox, verdict
 
-pytest.importorskip("replayssm_overlay.patcher")
-
 
 @pytest.fixture(scope="module")
 def reports():

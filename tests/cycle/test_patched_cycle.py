@@ -11,8 +11,6 @@ import pytest
 from harness import sandbox
 from harness.cycle import SCENARIOS
 
-pytest.importorskip("replayssm_overlay.patcher")
-
 STOCK_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
 
 
@@ -30,7 +28,9 @@ def test_scenario(reports, index):
 
 
 def test_patched_dflash_commits_the_track_step(reports):
-    tracked = [r for r in reports["patched"]["cycle"] if r["algorithm"] == "DFLASH" and max(r["track_steps"]) >= 0]
+    tracked = [
+        r for r in reports["patched"]["cycle"] if r["algorithm"] == "DFLASH" and max(r["track_steps"]) >= 0
+    ]
     assert tracked and all(r["checks"]["track slots == decode at track step"] for r in tracked)
     steps = reports["stock"]["dflash_track_steps"]
     assert steps["sglang_dflash_body"] == [-1] * len(steps["commit_lens"]) != steps["expected"]

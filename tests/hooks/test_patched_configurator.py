@@ -11,8 +11,6 @@ import pytest
 from harness import sandbox
 from harness.configurator_probe import CASES, matches
 
-pytest.importorskip("replayssm_overlay.patcher")
-
 
 @pytest.fixture(scope="module")
 def reports():
@@ -32,7 +30,11 @@ def test_case(reports, index):
 
 def test_lifted_cases_build_a_gdn_replayssm_fold_pool(reports):
     for result in reports["patched"]:
-        if result["outcome"] == "accepted" and result["case"].startswith("GDN +") and "off" not in result["case"]:
+        if (
+            result["outcome"] == "accepted"
+            and result["case"].startswith("GDN +")
+            and "off" not in result["case"]
+        ):
             assert result["pool"] == {"replayssm_spec_fold": True, "replayssm_is_kda": False}, result
 
 
