@@ -45,26 +45,31 @@ def _ragged_verify_mode() -> str:
     return read_ragged_verify_mode().value
 
 
+def _require_static_ragged_verify() -> None:
+    mode = _ragged_verify_mode()
+    if mode != RAGGED_MODE_ALLOWED:
+        raise OverlayError(
+            f"DSPARK with --enable-linear-replayssm-spec on a hybrid GDN model needs "
+            f"{RAGGED_MODE_VARIABLE}={RAGGED_MODE_ALLOWED}; got {RAGGED_MODE_VARIABLE}={mode}. "
+            "GDN's verify kernels take only the dense [bs, N] window, not a ragged layout.",
+            f"set {RAGGED_MODE_VARIABLE}={RAGGED_MODE_ALLOWED} (or unset it: static is the default), "
+            "or drop --enable-linear-replayssm-spec",
+        )
+
+
 def keep_kda_only_guard(configurator) -> bool:
-    if _gdn_config(configurator) is None:
+    gdn_config = _gdn_config(configurator)
+    if gdn_config is None:
         return True
     algorithm = _speculative_algorithm()
-    if algorithm == "DSPARK":
-        mode = _ragged_verify_mode()
-        if mode != RAGGED_MODE_ALLOWED:
-            raise OverlayError(
-                f"DSPARK with --enable-linear-replayssm-spec on a hybrid GDN model needs "
-                f"{RAGGED_MODE_VARIABLE}={RAGGED_MODE_ALLOWED}; got {RAGGED_MODE_VARIABLE}={mode}. "
-                "GDN's verify kernels take only the dense [bs, N] window, not a ragged layout.",
-                f"set {RAGGED_MODE_VARIABLE}={RAGGED_MODE_ALLOWED} (or unset it: static is the default), "
-                "or drop --enable-linear-replayssm-spec",
-            )
-    elif algorithm != "DFLASH":
+    if algorithm not in ("DFLASH", "DSPARK"):
         return True
+    if algorithm == "DSPARK":
+        _require_static_ragged_verify()
     logger.info(
         "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; "
         "the overlay commits the accepted prefix with the GDN ReplaySSM fold",
         algorithm,
-        type(_gdn_config(configurator)).__name__,
+        type(gdn_config).__name__,
     )
     return False
