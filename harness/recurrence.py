@@ -79,11 +79,37 @@ def _split_qkv(model: TinyGDN, mixed: torch.Tensor):
     )
 
 
-def verify_ring_write(model: TinyGDN, pool, weights: list, window: VerifyWindow, slots: torch.Tensor) -> None:
-    """TARGET_VERIFY on every layer for the rows of `slots` (physical mamba slots, -1 = padded row)."""
+def _gated_delta_update(
+    model: TinyGDN, w: LayerWeights, conv_out, a, b, *, state, state_indices, cu_seqlens, **mode
+):
+    """SGLang's fused gated delta-rule update on conv output `conv_out` [T, conv_dim], with the GDN
+    layer's fixed settings (L2-normed q/k, softplus 1/20); `mode` selects verify (ring write) or decode."""
     from sglang.kernels.ops.attention.fla.fused_sigmoid_gating_recurrent import (
         fused_sigmoid_gating_delta_rule_update,
     )
+
+    q, k, v = _split_qkv(model, conv_out)
+    fused_sigmoid_gating_delta_rule_update(
+        A_log=w.A_log,
+        dt_bias=w.dt_bias,
+        q=q,
+        k=k,
+        v=v,
+        a=a,
+        b=b,
+        initial_state_source=state,
+        initial_state_indices=state_indices,
+        cu_seqlens=cu_seqlens,
+        use_qk_l2norm_in_kernel=True,
+        softplus_beta=1.0,
+        softplus_threshold=20.0,
+        is_kda=False,
+        **mode,
+    )
+
+
+def verify_ring_write(model: TinyGDN, pool, weights: list, window: VerifyWindow, slots: torch.Tensor) -> None:
+    """TARGET_VERIFY on every layer for the rows of `slots` (physical mamba slots, -1 = padded row)."""
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
 
     bs, draft_tokens = window.mixed_qkv.shape[1:3]
@@ -102,22 +128,15 @@ def verify_ring_write(model: TinyGDN, pool, weights: list, window: VerifyWindow,
             intermediate_conv_window=cache.intermediate_conv_window[0],
             intermediate_state_indices=rows,
         )
-        q, k, v = _split_qkv(model, conv_out.transpose(1, 2).reshape(tokens, model.conv_dim))
-        fused_sigmoid_gating_delta_rule_update(
-            A_log=w.A_log,
-            dt_bias=w.dt_bias,
-            q=q,
-            k=k,
-            v=v,
-            a=window.a[layer].reshape(tokens, model.num_v_heads),
-            b=window.b[layer].reshape(tokens, model.num_v_heads),
-            initial_state_source=cache.temporal,
-            initial_state_indices=slots,
+        _gated_delta_update(
+            model,
+            w,
+            conv_out.transpose(1, 2).reshape(tokens, model.conv_dim),
+            window.a[layer].reshape(tokens, model.num_v_heads),
+            window.b[layer].reshape(tokens, model.num_v_heads),
+            state=cache.temporal,
+            state_indices=slots,
             cu_seqlens=cu_seqlens,
-            use_qk_l2norm_in_kernel=True,
-            softplus_beta=1.0,
-            softplus_threshold=20.0,
-            is_kda=False,
             disable_state_update=True,
             cache_ring=True,
             replayssm_rawv=cache.replayssm_rawv,
@@ -133,9 +152,8 @@ class DecodeReference:
 
     temporal: torch.Tensor  # [layers, slots+1, HV, V, K]: all slots, active ones advanced
     conv: torch.Tensor  # [layers, slots+1, conv_dim, kernel-1]
-    tracked: (
-        dict  # row -> (temporal [layers, HV, V, K], conv [layers, conv_dim, kernel-1]) after its track step
-    )
+    # row -> (temporal [layers, HV, V, K], conv [layers, conv_dim, kernel-1]) after its track step
+    tracked: dict
 
 
 def decode_reference(
@@ -151,9 +169,6 @@ def decode_reference(
     """Decode `commit_lens[i]` tokens of row i (rows with slot -1 are padding and skipped), on copies of
     `temporal` and `conv` (the pool's pre-verify all-layers state). `track_steps[i] >= 0` also records
     row i's state after that step."""
-    from sglang.kernels.ops.attention.fla.fused_sigmoid_gating_recurrent import (
-        fused_sigmoid_gating_delta_rule_update,
-    )
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
 
     temporal, conv = temporal.clone(), conv.clone()
@@ -175,21 +190,15 @@ def decode_reference(
                 "silu",
                 conv_state_indices=row_slots,
             )
-            q, k, v = _split_qkv(model, conv_out)
-            fused_sigmoid_gating_delta_rule_update(
-                A_log=w.A_log,
-                dt_bias=w.dt_bias,
-                q=q,
-                k=k,
-                v=v,
-                a=window.a[layer, index, step].contiguous(),
-                b=window.b[layer, index, step].contiguous(),
-                initial_state_source=temporal[layer],
-                initial_state_indices=row_slots,
+            _gated_delta_update(
+                model,
+                w,
+                conv_out,
+                window.a[layer, index, step].contiguous(),
+                window.b[layer, index, step].contiguous(),
+                state=temporal[layer],
+                state_indices=row_slots,
                 cu_seqlens=cu_seqlens,
-                use_qk_l2norm_in_kernel=True,
-                softplus_beta=1.0,
-                softplus_threshold=20.0,
             )
         if track_steps is not None:
             for i in rows:

@@ -41,10 +41,10 @@ def _fold_target(worker):
         return None
     if getattr(mamba_pool, "replayssm_is_kda", True):  # KDA, or a pool that does not say: SGLang's code
         return None
-    spec_state = req_pool.get_speculative_mamba2_params_all_layers()
-    if getattr(spec_state, "replayssm_rawv", None) is None:
+    all_layers = req_pool.get_speculative_mamba2_params_all_layers()
+    if getattr(all_layers, "replayssm_rawv", None) is None:
         return None
-    return _FoldTarget(linear_backend=linear_backend, spec_state=spec_state)
+    return _FoldTarget(linear_backend=linear_backend, spec_state=all_layers)
 
 
 def steps_to_track(seq_lens_pre, seq_lens_post, commit_lens, track_interval: int):
