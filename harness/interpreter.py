@@ -4,9 +4,10 @@ Two things: the environment variable must be set before any `@triton.jit` kernel
 (Triton decides at decoration time), and the interpreter's source rewrite needs one fix. Triton 3.7.1's
 interpreter leaves a `for` loop variable a plain Python int, so kernel code such as `t.to(tl.int64)`
 inside a loop (SGLang's GDN fold does this) fails with `'int' object has no attribute 'to'`. The fix
-adds a `visit_For` to the interpreter's AST transformer that rebinds the loop variable to an
-interpreter tensor at the top of each loop body, exactly as the transformer already does for
-assignments. Nothing on disk is modified.
+adds a `visit_For` to the interpreter's AST transformer that rebinds the variable of a `range` /
+`tl.range` loop to an interpreter tensor at the top of each loop body, exactly as the transformer
+already does for assignments, which is what compiled Triton makes of it; `tl.static_range` variables
+stay constants, as they are when compiled. Nothing on disk is modified.
 """
 
 import ast
@@ -27,9 +28,19 @@ def _to_tensor_call(name: str) -> ast.Call:
     )
 
 
+def _is_runtime_range(iterator: ast.expr) -> bool:
+    """`range(...)` or `tl.range(...)`: a loop whose variable compiled Triton makes a tensor (scf.for).
+    `tl.static_range` loops are unrolled at compile time; their variables stay constants."""
+    if not isinstance(iterator, ast.Call):
+        return False
+    function = iterator.func
+    name = function.id if isinstance(function, ast.Name) else getattr(function, "attr", None)
+    return name == "range"
+
+
 def _visit_for(self, node: ast.For) -> ast.For:
     self.generic_visit(node)
-    if isinstance(node.target, ast.Name):
+    if isinstance(node.target, ast.Name) and _is_runtime_range(node.iter):
         rebind = ast.Assign(
             targets=[ast.Name(id=node.target.id, ctx=ast.Store())], value=_to_tensor_call(node.target.id)
         )
