@@ -31,7 +31,8 @@ What it does (a few minutes on 2 CPU cores, no GPU needed):
 
 The model is embedded: a tiny hybrid GDN (2 layers, 2 key heads, 4 value heads, K=16, V=32, conv 4) with
 an fp32 conv state (Triton's CPU interpreter computes the conv kernel wrongly in bf16). SGLang's Triton
-kernels run under TRITON_INTERPRET=1; bitwise equality here is between interpreted kernels.
+kernels run under TRITON_INTERPRET=1; bitwise equality here is between interpreted kernels. The fold
+kernel the overlay's commit used (its own, or SGLang's) is reported; --fold chooses it.
 
 Exit status: 0 every row as expected; 1 a row not as expected; 2 environment error (no SGLang 0.5.19,
 a probe that crashed, a refused patch)."""
@@ -57,6 +58,10 @@ def _crash(error: str | None) -> str:
         return "committed"
     where = error.rsplit("(at ", 1)[-1].rstrip(")").rsplit("/", 1)[-1]
     return f"crash: {error.split(':', 1)[0]} at {where}"
+
+
+def _fold_line(fold: dict | None) -> str:
+    return f"{fold['fold']} ({fold['reason']})" if fold else "unknown"
 
 
 def _table(headers: list, rows: list) -> str:
@@ -129,6 +134,8 @@ def render(result: dict) -> str:
             "prefix; compared with torch.equal against token-by-token decode (state, conv, track slots, others)",
             cycle,
             "",
+            f"fold kernel used by the overlay's commit: {_fold_line(result['fold'])}",
+            "",
             f"DFLASH extra-buffer track step for pre-verify lengths {track['seq_lens_pre']}, accept lengths "
             f"{track['commit_lens']} (track interval 8): 0.5.19's DFLASH computes {track['sglang_dflash_body']}, "
             f"the overlay {track['overlay']} (expected {track['expected']}): {_yes(track['ok'])}",
@@ -147,6 +154,7 @@ def summarize(reports: dict, *, seed: int, seconds: float) -> dict:
         "patched_files": len(reports["patch"].get("files", [])),
         "patch": reports["patch"],
         "seed": seed,
+        "fold": reports["patched"].get("fold"),
         **verdict.evaluate(reports["stock"], reports["patched"]),
         "seconds": round(seconds, 1),
     }
@@ -164,10 +172,16 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the random states and verify windows (default 0)"
     )
+    parser.add_argument(
+        "--fold",
+        choices=("auto", "overlay", "sglang"),
+        help="the overlay's fold kernel for the commit (sets RSO_FOLD for the probes; default: the "
+        "environment's, i.e. auto: prebuilt overlay kernels if they match this node, else SGLang's fold)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
-        reports = sandbox.stock_and_patched(seed=args.seed, progress=_progress)
+        reports = sandbox.stock_and_patched(seed=args.seed, progress=_progress, fold=args.fold)
         result = summarize(reports, seed=args.seed, seconds=time.monotonic() - started)
     except Exception as error:  # environment problems: no sglang, a failed probe, a refused patch
         print(f"demo: {type(error).__name__}: {error}", file=sys.stderr)

@@ -92,6 +92,9 @@ def main(argv=None) -> int:
     if args.part in ("all", "cycle"):
         report["cycle"] = probe_cycle(progress, args.seed)
         report["dflash_track_steps"] = probe_dflash_track_steps()
+        from replayssm_overlay import fold
+
+        report["fold"] = fold.describe()  # after the commits: the fold the overlay actually used
     report["seconds"] = round(time.monotonic() - started, 1)
     json.dump(report, sys.stdout)
     print()

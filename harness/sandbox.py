@@ -55,8 +55,12 @@ def apply_overlay(sglang_dir: pathlib.Path) -> dict:
     return apply(sglang_dir)
 
 
-def probe_env(sglang_dir: pathlib.Path) -> dict:
-    """The environment of a subprocess that imports the copy's sglang and this tree's packages."""
+FOLD_VARIABLE = "RSO_FOLD"  # the overlay's fold choice (replayssm_overlay.fold): auto, overlay, sglang
+
+
+def probe_env(sglang_dir: pathlib.Path, fold: str | None = None) -> dict:
+    """The environment of a subprocess that imports the copy's sglang and this tree's packages; `fold`
+    (if given) sets the overlay's fold choice."""
     paths = [
         str(sglang_dir.parent),
         str(REPO_ROOT / "overlay"),
@@ -67,10 +71,19 @@ def probe_env(sglang_dir: pathlib.Path) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TRITON_INTERPRET"] = "1"
+    if fold is not None:
+        env[FOLD_VARIABLE] = fold
     return env
 
 
-def run_probe(sglang_dir: pathlib.Path, *, part: str = "all", seed: int = 0, quiet: bool = False) -> dict:
+def run_probe(
+    sglang_dir: pathlib.Path,
+    *,
+    part: str = "all",
+    seed: int = 0,
+    quiet: bool = False,
+    fold: str | None = None,
+) -> dict:
     """Run `python -m harness.probe` against the copy at `sglang_dir`; returns its JSON report.
 
     Progress lines of the probe go to this process's stderr as they come."""
@@ -78,7 +91,12 @@ def run_probe(sglang_dir: pathlib.Path, *, part: str = "all", seed: int = 0, qui
     if quiet:
         command.append("--quiet")
     completed = subprocess.run(
-        command, env=probe_env(sglang_dir), cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, check=False
+        command,
+        env=probe_env(sglang_dir, fold),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
     )
     if completed.returncode != 0:
         raise SandboxError(f"the probe against {sglang_dir} failed (exit {completed.returncode})")
@@ -88,11 +106,12 @@ def run_probe(sglang_dir: pathlib.Path, *, part: str = "all", seed: int = 0, qui
     return report
 
 
-def stock_and_patched(*, seed: int = 0, progress=None) -> dict:
+def stock_and_patched(*, seed: int = 0, progress=None, fold: str | None = None) -> dict:
     """The probe's full report on a pristine copy of the installed SGLang ("stock") and on the same copy
     after the overlay's patcher applied it ("patched"), with the patcher's report ("patch"). The copy
     lives in a temporary directory that is deleted before this returns. `progress(line)` (optional)
-    gets a line per step, and the probe's own progress lines go to stderr; without it both are quiet."""
+    gets a line per step, and the probe's own progress lines go to stderr; without it both are quiet.
+    `fold` (auto, overlay, sglang) sets the overlay's fold choice in both probes."""
     say = progress or (lambda line: None)
     installed = installed_sglang()
     root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
@@ -100,12 +119,12 @@ def stock_and_patched(*, seed: int = 0, progress=None) -> dict:
         say(f"[1/4] copying SGLang {SUPPORTED_RELEASE} from {installed} to a temporary directory")
         copy = copy_sglang(root)
         say("[2/4] stock 0.5.19 on the copy: configurator cases and commit cycle (Triton interpreter)")
-        stock = run_probe(copy, seed=seed, quiet=progress is None)
+        stock = run_probe(copy, seed=seed, quiet=progress is None, fold=fold)
         say("[3/4] applying the overlay to the copy")
         patch = apply_overlay(copy)
         say(f"      {patch.get('message', 'applied')}")
         say("[4/4] patched copy: configurator cases and commit cycle (Triton interpreter)")
-        patched = run_probe(copy, seed=seed, quiet=progress is None)
+        patched = run_probe(copy, seed=seed, quiet=progress is None, fold=fold)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {"stock": stock, "patched": patched, "patch": patch}
