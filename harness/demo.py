@@ -11,7 +11,6 @@ import time
 
 from harness import sandbox, verdict
 from harness.configurator_probe import KDA_REFUSAL, RAGGED_REFUSAL
-from harness.gdn_pool import TinyGDN
 
 EPILOG = """\
 What it does (a few minutes on 2 CPU cores, no GPU needed):
@@ -29,7 +28,7 @@ What it does (a few minutes on 2 CPU cores, no GPU needed):
      against SGLang's token-by-token decode, for: bonus only, all accepted, mixed lengths, padded rows,
      and an extra-buffer track step (which 0.5.19's DFLASH never commits).
 
-The model is embedded: a tiny hybrid GDN (2 layers, 2 key heads, 4 value heads, K=16, V=32, conv 4) with
+The model is embedded: a tiny hybrid GDN (2 layers, 2 key heads, 4 value heads, K=16 (--head-k-dim), V=32, conv 4) with
 an fp32 conv state (Triton's CPU interpreter computes the conv kernel wrongly in bf16). SGLang's Triton
 kernels run under TRITON_INTERPRET=1; bitwise equality here is between interpreted kernels. The fold
 kernel the overlay's commit used (its own, or SGLang's) is reported; --fold chooses it.
@@ -150,7 +149,7 @@ def summarize(reports: dict, *, seed: int, seconds: float) -> dict:
     return {
         "sglang": str(sandbox.installed_sglang()),
         "release": sandbox.SUPPORTED_RELEASE,
-        "model": TinyGDN().describe(),
+        "model": reports["patched"]["model"],
         "patched_files": len(reports["patch"].get("files", [])),
         "patch": reports["patch"],
         "seed": seed,
@@ -178,10 +177,20 @@ def main(argv=None) -> int:
         help="the overlay's fold kernel for the commit (sets RSO_FOLD for the probes; default: the "
         "environment's, i.e. auto: prebuilt overlay kernels if they match this node, else SGLang's fold)",
     )
+    parser.add_argument(
+        "--head-k-dim",
+        type=int,
+        choices=(16, 32, 64, 128),
+        default=16,
+        help="K of the embedded model (default 16); 128 is the head dim the overlay's own fold kernel "
+        "covers, so `--head-k-dim 128 --fold overlay` runs it (slower under the interpreter)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
-        reports = sandbox.stock_and_patched(seed=args.seed, progress=_progress, fold=args.fold)
+        reports = sandbox.stock_and_patched(
+            seed=args.seed, progress=_progress, fold=args.fold, head_k_dim=args.head_k_dim
+        )
         result = summarize(reports, seed=args.seed, seconds=time.monotonic() - started)
     except Exception as error:  # environment problems: no sglang, a failed probe, a refused patch
         print(f"demo: {type(error).__name__}: {error}", file=sys.stderr)

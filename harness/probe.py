@@ -44,7 +44,7 @@ def probe_configurator(progress) -> list:
     return results
 
 
-def probe_cycle(progress, seed: int) -> list:
+def probe_cycle(progress, seed: int, model) -> list:
     from harness.cycle import SCENARIOS, run_cycle, sglang_commit
 
     results = []
@@ -52,7 +52,9 @@ def probe_cycle(progress, seed: int) -> list:
         progress(
             f"commit cycle: {scenario.name} ({scenario.algorithm}, accept lengths {list(scenario.commit_lens)})"
         )
-        results.append(run_cycle(scenario, sglang_commit(scenario.algorithm), seed=seed).to_dict())
+        results.append(
+            run_cycle(scenario, sglang_commit(scenario.algorithm), model=model, seed=seed).to_dict()
+        )
     return results
 
 
@@ -71,6 +73,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--part", choices=("all", "configurator", "cycle"), default="all")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random states and windows")
+    parser.add_argument(
+        "--head-k-dim", type=int, default=16, help="K of the embedded tiny GDN model's cycle (default 16)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
 
@@ -90,7 +95,11 @@ def main(argv=None) -> int:
     if args.part in ("all", "configurator"):
         report["configurator"] = probe_configurator(progress)
     if args.part in ("all", "cycle"):
-        report["cycle"] = probe_cycle(progress, args.seed)
+        from harness.gdn_pool import TinyGDN
+
+        model = TinyGDN(head_k_dim=args.head_k_dim)
+        report["model"] = model.describe()
+        report["cycle"] = probe_cycle(progress, args.seed, model)
         report["dflash_track_steps"] = probe_dflash_track_steps()
         from replayssm_overlay import fold
 

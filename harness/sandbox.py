@@ -83,6 +83,7 @@ def run_probe(
     seed: int = 0,
     quiet: bool = False,
     fold: str | None = None,
+    head_k_dim: int | None = None,
 ) -> dict:
     """Run `python -m harness.probe` against the copy at `sglang_dir`; returns its JSON report.
 
@@ -90,6 +91,8 @@ def run_probe(
     command = [sys.executable, "-m", "harness.probe", "--part", part, "--seed", str(seed)]
     if quiet:
         command.append("--quiet")
+    if head_k_dim is not None:
+        command += ["--head-k-dim", str(head_k_dim)]
     completed = subprocess.run(
         command,
         env=probe_env(sglang_dir, fold),
@@ -106,12 +109,15 @@ def run_probe(
     return report
 
 
-def stock_and_patched(*, seed: int = 0, progress=None, fold: str | None = None) -> dict:
+def stock_and_patched(
+    *, seed: int = 0, progress=None, fold: str | None = None, head_k_dim: int | None = None
+) -> dict:
     """The probe's full report on a pristine copy of the installed SGLang ("stock") and on the same copy
     after the overlay's patcher applied it ("patched"), with the patcher's report ("patch"). The copy
     lives in a temporary directory that is deleted before this returns. `progress(line)` (optional)
     gets a line per step, and the probe's own progress lines go to stderr; without it both are quiet.
-    `fold` (auto, overlay, sglang) sets the overlay's fold choice in both probes."""
+    `fold` (auto, overlay, sglang) sets the overlay's fold choice and `head_k_dim` the cycle model's K
+    in both probes."""
     say = progress or (lambda line: None)
     installed = installed_sglang()
     root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
@@ -119,12 +125,12 @@ def stock_and_patched(*, seed: int = 0, progress=None, fold: str | None = None) 
         say(f"[1/4] copying SGLang {SUPPORTED_RELEASE} from {installed} to a temporary directory")
         copy = copy_sglang(root)
         say("[2/4] stock 0.5.19 on the copy: configurator cases and commit cycle (Triton interpreter)")
-        stock = run_probe(copy, seed=seed, quiet=progress is None, fold=fold)
+        stock = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
         say("[3/4] applying the overlay to the copy")
         patch = apply_overlay(copy)
         say(f"      {patch.get('message', 'applied')}")
         say("[4/4] patched copy: configurator cases and commit cycle (Triton interpreter)")
-        patched = run_probe(copy, seed=seed, quiet=progress is None, fold=fold)
+        patched = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {"stock": stock, "patched": patched, "patch": patch}
