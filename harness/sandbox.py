@@ -5,6 +5,7 @@ into a temporary tree, run `harness.probe` with that tree first on PYTHONPATH (s
 the overlay to the copy with the patcher's Python API, and run the probe again (patched behaviour).
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -41,11 +42,18 @@ def installed_sglang() -> pathlib.Path:
     return sglang_dir
 
 
-def copy_sglang(destination_root: pathlib.Path) -> pathlib.Path:
-    """Copy the installed sglang package to `destination_root/sglang`; returns the copy's package dir."""
-    target = destination_root / "sglang"
-    shutil.copytree(installed_sglang(), target, ignore=shutil.ignore_patterns("__pycache__"))
-    return target
+@contextlib.contextmanager
+def sglang_copy():
+    """A copy of the installed sglang package in a temporary directory (yields the copy's package dir);
+    the directory is deleted when the block ends."""
+    installed = installed_sglang()
+    root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
+    try:
+        target = root / "sglang"
+        shutil.copytree(installed, target, ignore=shutil.ignore_patterns("__pycache__"))
+        yield target
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def apply_overlay(sglang_dir: pathlib.Path) -> dict:
@@ -119,11 +127,8 @@ def stock_and_patched(
     `fold` (auto, overlay, sglang) sets the overlay's fold choice and `head_k_dim` the cycle model's K
     in both probes."""
     say = progress or (lambda line: None)
-    installed = installed_sglang()
-    root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
-    try:
-        say(f"[1/4] copying SGLang {SUPPORTED_RELEASE} from {installed} to a temporary directory")
-        copy = copy_sglang(root)
+    say(f"[1/4] copying SGLang {SUPPORTED_RELEASE} from {installed_sglang()} to a temporary directory")
+    with sglang_copy() as copy:
         say("[2/4] stock 0.5.19 on the copy: configurator cases and commit cycle (Triton interpreter)")
         stock = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
         say("[3/4] applying the overlay to the copy")
@@ -131,8 +136,6 @@ def stock_and_patched(
         say(f"      {patch.get('message', 'applied')}")
         say("[4/4] patched copy: configurator cases and commit cycle (Triton interpreter)")
         patched = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return {"stock": stock, "patched": patched, "patch": patch}
 
 

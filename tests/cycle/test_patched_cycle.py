@@ -34,3 +34,14 @@ def test_patched_dflash_commits_the_track_step(reports):
     assert tracked and all(r["checks"]["track slots == decode at track step"] for r in tracked)
     steps = reports["stock"]["dflash_track_steps"]
     assert steps["sglang_dflash_body"] == [-1] * len(steps["commit_lens"]) != steps["expected"]
+
+
+def test_the_overlays_own_fold_kernel_through_the_patched_commit():
+    """Where the build has the overlay's own fold kernels, the patched commit runs them (RSO_FOLD=overlay,
+    compiled by the interpreter here) for a head dim they cover (K=128), still bitwise equal to decode."""
+    pytest.importorskip("replayssm_overlay.kernels")
+    with sandbox.sglang_copy() as copy:
+        sandbox.apply_overlay(copy)
+        report = sandbox.run_probe(copy, part="cycle", quiet=True, fold="overlay", head_k_dim=128)
+    assert report["fold"]["fold"] == "overlay-jit", report["fold"]
+    assert all(result["bitwise_equal"] for result in report["cycle"]), report["cycle"]
