@@ -53,9 +53,18 @@ def track_row(stock_steps: dict, patched_steps: dict) -> dict:
     return {**patched_steps, "ok": ok}
 
 
-def evaluate(stock: dict, patched: dict) -> dict:
+def fold_row(used: dict | None, requested: str | None) -> dict:
+    """The fold the patched commit used; with `requested` overlay or sglang, it must be that one (a
+    silent fallback from the overlay's kernel to SGLang's is not what was asked for)."""
+    kind = (used or {}).get("fold", "unknown")
+    ok = requested not in ("overlay", "sglang") or kind.startswith(requested)
+    return {**(used or {"fold": kind}), "requested": requested, "ok": ok}
+
+
+def evaluate(stock: dict, patched: dict, *, fold_requested: str | None = None) -> dict:
     configurator = configurator_rows(stock["configurator"], patched["configurator"])
     cycle = cycle_rows(stock["cycle"], patched["cycle"])
     track = track_row(stock["dflash_track_steps"], patched["dflash_track_steps"])
-    ok = all(row["ok"] for row in configurator + cycle) and track["ok"]
-    return {"configurator": configurator, "cycle": cycle, "dflash_track_steps": track, "ok": ok}
+    fold = fold_row(patched.get("fold"), fold_requested)
+    ok = all(row["ok"] for row in configurator + cycle) and track["ok"] and fold["ok"]
+    return {"configurator": configurator, "cycle": cycle, "dflash_track_steps": track, "fold": fold, "ok": ok}
