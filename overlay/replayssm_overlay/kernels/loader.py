@@ -185,8 +185,11 @@ class _Binary:
                 return False
         return True
 
-    def compiled(self, device: int):
-        """Triton's CompiledKernel for this binary on `device`, loaded once (no compilation)."""
+    def compiled(self):
+        """Triton's CompiledKernel for this binary on the current device, loaded once (no compilation)."""
+        from triton.runtime import driver
+
+        device = driver.active.get_current_device()
         kernel = self._compiled.get(device)
         if kernel is None:
             kernel = self._compiled[device] = _load(self.folder, self.arg_names, self.spec)
@@ -291,9 +294,7 @@ class PrebuiltKernel:
         def launch(*args, **kwargs):
             bound = self._bind(args, kwargs)
             binary = self.select(bound, {k: kwargs[k] for k in _LAUNCH_OPTIONS if k in kwargs})
-            import triton.runtime
-
-            kernel = binary.compiled(triton.runtime.driver.active.get_current_device())
+            kernel = binary.compiled()
             size = grid(dict(zip(self.arg_names, bound))) if callable(grid) else grid
             size = tuple(size) + (1,) * (3 - len(size))
             kernel[size](*bound)

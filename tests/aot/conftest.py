@@ -1,0 +1,37 @@
+"""Shared fixtures of the ahead-of-time kernel tests: one real build, made once per session.
+
+The build compiles SGLang 0.5.19's own GDN fold kernel (loaded by file path from the installed wheel,
+see benchmarks/aot_sglang_fold.py) for sm_90 with this venv's Triton, on this GPU-less machine, through
+the real `kernels build` command: two specializations (with and without a track slot) for one head
+shape and one window, about 5 s. Tests that change a folder work on a copy.
+"""
+
+import shutil
+
+import pytest
+
+from tests.aot.aot_helpers import build_args
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """A pristine artifact folder; never modify it (use `artifacts` for a private copy)."""
+    from replayssm_overlay.kernels.cli import main
+
+    out = tmp_path_factory.mktemp("aot") / "artifacts"
+    assert main(build_args(out) + ["--json"]) == 0
+    return out
+
+
+@pytest.fixture
+def artifacts(built, tmp_path):
+    copy = tmp_path / "artifacts"
+    shutil.copytree(built, copy)
+    return copy
+
+
+@pytest.fixture(scope="session")
+def fold_module():
+    from benchmarks.aot_sglang_fold import load_fold_module
+
+    return load_fold_module()
