@@ -32,8 +32,7 @@ with tempfile.TemporaryDirectory() as tmp:
             manifest = am.read_manifest(manifest_dir)
             for kernel in manifest["kernels"]:
                 for spec in kernel["specializations"]:
-                    src = types.SimpleNamespace(fn=types.SimpleNamespace(arg_names=kernel["arg_names"]),
-                                                signature=spec["signature"], constants=dict(spec["constexprs"]))
+                    src = aot_modules.launcher_source(kernel["arg_names"], spec["signature"], spec["constexprs"])
                     meta = json.loads((manifest_dir / spec["files"]["json"]).read_text())
                     nvidia.CudaLauncher(src, types.SimpleNamespace(**meta))
     except loader._BuildRefused as err:

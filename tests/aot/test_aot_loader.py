@@ -202,3 +202,16 @@ def test_launcher_modules_are_served_from_the_folder_without_gcc(built, tmp_path
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["served"] is False and "is not among the prebuilt ones" in result["refusal"]
+
+
+def test_launcher_gets_the_signature_in_argument_order(built):
+    """The manifest's JSON keeps keys sorted; Triton's launcher reads the signature's values in order as
+    the argument order, so the loader must rebuild it in argument order (a sorted one launches garbage)."""
+    from replayssm_overlay.kernels import aot_modules
+
+    kernel = am.read_manifest(built)["kernels"][0]
+    spec = kernel["specializations"][0]
+    assert list(spec["signature"]) != kernel["arg_names"]  # as stored: sorted
+    source = aot_modules.launcher_source(kernel["arg_names"], spec["signature"], spec["constexprs"])
+    assert list(source.signature) == kernel["arg_names"]
+    assert list(source.signature.values())[:2] == ["*fp32", "*bf16"]

@@ -50,12 +50,14 @@ def _compiler_keeping_libcuda(workdir: Path) -> Path:
     return wrapper
 
 
-def _launcher_source(entry: dict) -> types.SimpleNamespace:
-    """The part of a Triton `ASTSource` the launcher reads: argument names, signature, constants."""
+def launcher_source(arg_names: list, signature: dict, constexprs: dict) -> types.SimpleNamespace:
+    """The part of a Triton `ASTSource` its launcher reads. The launcher takes the signature's values in
+    order as the argument order, so the signature is rebuilt in `arg_names` order here (a manifest's
+    JSON need not keep it); the loader uses this same function, so node and build agree."""
     return types.SimpleNamespace(
-        fn=types.SimpleNamespace(arg_names=entry["arg_names"]),
-        signature=entry["signature"],
-        constants=dict(entry["constexprs"]),
+        fn=types.SimpleNamespace(arg_names=list(arg_names)),
+        signature={name: signature[name] for name in arg_names},
+        constants=dict(constexprs),
     )
 
 
@@ -78,7 +80,8 @@ def build(request: dict) -> list:
         utils = nvidia.CudaUtils()  # builds cuda_utils
         triton.runtime.driver.set_active(types.SimpleNamespace(utils=utils, launcher_cls=nvidia.CudaLauncher))
         for entry in request["kernels"]:
-            nvidia.CudaLauncher(_launcher_source(entry), _metadata(entry["metadata"]))  # 3.6: builds one
+            source = launcher_source(entry["arg_names"], entry["signature"], entry["constexprs"])
+            nvidia.CudaLauncher(source, _metadata(entry["metadata"]))  # 3.6: builds one
 
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     return [

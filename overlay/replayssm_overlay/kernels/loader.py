@@ -22,11 +22,11 @@ import contextlib
 import dataclasses
 import os
 import threading
-import types
 from pathlib import Path
 
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import aot_manifest as am
+from replayssm_overlay.kernels import aot_modules
 
 ENV_DIR = "RSO_KERNEL_DIR"
 DEFAULT_DIR = Path("/opt/replayssm-overlay/kernels")
@@ -219,8 +219,7 @@ def _load(folder: Path, arg_names: list[str], spec: dict):
 
     name = Path(spec["files"]["cubin"]).stem
     group = {f"{name}.{ext}": str(folder / rel) for ext, rel in spec["files"].items()}
-    source = types.SimpleNamespace(fn=types.SimpleNamespace(arg_names=arg_names), signature=spec["signature"],
-                                   constants=dict(spec["constexprs"]))
+    source = aot_modules.launcher_source(arg_names, spec["signature"], spec["constexprs"])
     kernel = CompiledKernel(source, group, spec["id"])
     with prebuilt_modules(folder):
         try:
