@@ -1,20 +1,23 @@
 """GPU proof of the ahead-of-time fold kernels (run on the H200; see benchmarks/README.md).
 
-    python benchmarks/gpu_aot_check.py --artifacts DIR [--out DIR]
+    python benchmarks/gpu_aot_check.py --kernel overlay|sglang --artifacts DIR [--out DIR]
 
 DIR was built elsewhere (on a CPU machine, for sm_90, with this node's Triton and Python) by
-`replayssm-overlay kernels build`. Every case runs in a fresh Python process with an empty
-TRITON_CACHE_DIR and counts Triton compilations with `triton.knobs.compilation.listener`:
+`replayssm-overlay kernels build` (for `sglang`: with `--provider benchmarks.aot_sglang_fold:aot_specializations`).
+The kernel under test is the overlay's fold (`kernels/gdn_fold.py`, through `fold_all_layers(kernels=...)`)
+or SGLang 0.5.19's (its wrapper, with its module's JIT kernel swapped for the prebuilt one). Every case
+runs in a fresh Python process with an empty TRITON_CACHE_DIR and counts Triton compilations with
+`triton.knobs.compilation.listener`:
 
-  prebuilt   the loader's kernels, swapped into SGLang's wrapper in place of its JIT kernel: must
-             compile nothing, write nothing to the Triton cache, and fold bitwise like the JIT;
-  jit        SGLang's own wrapper and JIT kernel (the reference, and the control for the counter);
+  prebuilt   the loader's kernels: must compile nothing, write nothing to the Triton cache, and fold
+             bitwise like the JIT;
+  jit        the same wrapper on Triton's JIT (the reference, and the control for the counter);
   refused-*  a copy of DIR with a wrong Triton version, a wrong arch, or one changed cubin: the loader
              must refuse with the reason, and the fold falls back to the JIT with a warning.
 
 Each case folds twice (without, then with a track slot) on the same seeded random inputs and records
 the sha256 of the whole state tensor afterwards; "equal" means equal hashes, i.e. bitwise equal
-tensors. Prints a table, writes aot_check.json to --out, exits 0 only if every check holds.
+tensors. Prints a table, writes aot_check_<kernel>.json to --out, exits 0 only if every check holds.
 """
 
 from __future__ import annotations
@@ -62,19 +65,58 @@ def make_inputs(torch, has_track: bool) -> dict:
     return inputs
 
 
-def run_case(case: str, artifacts: Path) -> dict:
+class SGLangFold:
+    """SGLang's wrapper; `use(prebuilt set or None)` swaps its module's kernel (None: its JIT kernel)."""
+
+    def __init__(self):
+        from benchmarks.aot_sglang_fold import load_fold_module
+
+        self.module = load_fold_module()
+        self.jit_kernel = self.module.gdn_replayssm_exact_fold_kernel
+
+    def use(self, artifacts) -> None:
+        self.module.gdn_replayssm_exact_fold_kernel = artifacts.kernel(self.jit_kernel) if artifacts else self.jit_kernel
+
+    def __call__(self, inputs: dict) -> None:
+        self.module.commit_gdn_replayssm_fold_all_layers(**inputs)
+
+
+class OverlayFold:
+    """The overlay's `fold_all_layers`, given the prebuilt (knorm, fold) pair or None (JIT)."""
+
+    def __init__(self):
+        from replayssm_overlay.kernels import gdn_fold
+
+        self.module = gdn_fold
+        self.kernels = None
+
+    def use(self, artifacts) -> None:
+        m = self.module
+        self.kernels = (artifacts.kernel(m.gdn_replayssm_knorm_kernel), artifacts.kernel(m.gdn_replayssm_fold_kernel)
+                        ) if artifacts else None
+
+    def __call__(self, inputs: dict) -> None:
+        self.module.fold_all_layers(
+            inputs["checkpoint_state"], inputs["rawv_cache"], inputs["rawk_cache"], inputs["g_cache"],
+            inputs["beta_cache"], inputs["ssm_state_indices"], inputs["accept_lens"],
+            inputs.get("mamba_track_indices"), inputs.get("mamba_steps_to_track"), kernels=self.kernels,
+        )
+
+
+SUBJECTS = {"sglang": SGLangFold, "overlay": OverlayFold}
+
+
+def run_case(case: str, artifacts: Path, kernel: str) -> dict:
     """One case, in this (fresh) process."""
     import torch
     import triton
 
     compiles = []
     triton.knobs.compilation.listener = lambda **kw: compiles.append(bool(kw.get("cache_hit")))
-    from benchmarks.aot_sglang_fold import load_fold_module
     from replayssm_overlay.kernels import loader
 
-    module = load_fold_module()
-    jit_kernel = module.gdn_replayssm_exact_fold_kernel
-    result = {"case": case, "triton": triton.__version__, "torch": torch.__version__,
+    fold = SUBJECTS[kernel]()
+    result = {"case": case, "kernel": kernel, "triton": triton.__version__, "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(), "folds": []}
     for has_track in (False, True):
         inputs = make_inputs(torch, has_track)
@@ -82,7 +124,7 @@ def run_case(case: str, artifacts: Path) -> dict:
         torch.cuda.synchronize()
         start = time.perf_counter()
         if case == "jit":
-            module.gdn_replayssm_exact_fold_kernel = jit_kernel
+            fold.use(None)
             used = "jit"
         else:
             artifacts_set, reason = loader.open_or_explain(artifacts)
@@ -92,17 +134,17 @@ def run_case(case: str, artifacts: Path) -> dict:
                     warnings.warn(f"prebuilt fold kernels refused, using the JIT fold: {reason}")
                 result["refusal"] = reason
                 result["warning"] = str(caught[0].message)
-                module.gdn_replayssm_exact_fold_kernel = jit_kernel
+                fold.use(None)
                 used = "jit-fallback"
             else:
-                module.gdn_replayssm_exact_fold_kernel = artifacts_set.kernel(jit_kernel)
+                fold.use(artifacts_set)
                 used = "prebuilt"
-        module.commit_gdn_replayssm_fold_all_layers(**inputs)
+        fold(inputs)
         torch.cuda.synchronize()
         first = time.perf_counter() - start
         after = _sha(torch, inputs["checkpoint_state"])
         scratch = make_scratch(inputs)
-        steady = _median_ms(torch, lambda: module.commit_gdn_replayssm_fold_all_layers(**scratch))
+        steady = _median_ms(torch, lambda: fold(scratch))
         del scratch
         result["folds"].append({"has_track": has_track, "used": used, "first_call_s": round(first, 4),
                                 "steady_ms": steady, "state_sha256": after, "changed": after != before})
@@ -179,12 +221,13 @@ def verdicts(results: dict) -> list[tuple[str, bool]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", choices=sorted(SUBJECTS), default="overlay", help="fold under test")
     parser.add_argument("--artifacts", required=True, type=Path, help="artifact folder built for this node")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")), help="where to write JSON")
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, args.artifacts)))
+        print(json.dumps(run_case(args.case, args.artifacts, args.kernel)))
         return 0
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +237,8 @@ def main() -> int:
         for case in CASES:
             folder = args.artifacts.resolve() if case in ("prebuilt", "jit") else mismatched_copy(args.artifacts, case, tmp)
             env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / f"triton-cache-{case}"), PYTHONUNBUFFERED="1")
-            run = subprocess.run([sys.executable, __file__, "--artifacts", str(folder), "--case", case],
+            run = subprocess.run([sys.executable, __file__, "--kernel", args.kernel, "--artifacts", str(folder),
+                                  "--case", case],
                                  capture_output=True, text=True, env=env)
             if run.returncode != 0:
                 print(run.stdout, run.stderr, sep="\n", file=sys.stderr)
@@ -206,9 +250,10 @@ def main() -> int:
         checks = verdicts(results)
     except (KeyError, IndexError) as err:
         checks = [(f"results complete ({err!r})", False)]
-    (args.out / "aot_check.json").write_text(json.dumps({"results": results, "checks": checks}, indent=2))
+    (args.out / f"aot_check_{args.kernel}.json").write_text(json.dumps({"results": results, "checks": checks}, indent=2))
 
-    print(f"\n{'case':18s} {'compiles':>8s} {'cache files':>11s} {'used':>13s} {'first call s':>13s} {'steady ms':>10s}")
+    print(f"\nkernel: {args.kernel}, artifacts {args.artifacts}")
+    print(f"{'case':18s} {'compiles':>8s} {'cache files':>11s} {'used':>13s} {'first call s':>13s} {'steady ms':>10s}")
     for case, r in results.items():
         for fold in r["folds"]:
             print(f"{case:18s} {r['compilations']:>8d} {r.get('triton_cache_files', -1):>11d} {fold['used']:>13s} "
