@@ -1,1 +1,1 @@
-"""Fold kernels of the overlay and their ahead-of-time build for sm_90 (see aot.py and loader.py)."""
+"""The overlay's fold kernels (Triton) and, on branch `aot`, their ahead-of-time build and loader."""
