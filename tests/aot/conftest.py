@@ -35,3 +35,15 @@ def fold_module():
     from benchmarks.aot_sglang_fold import load_fold_module
 
     return load_fold_module()
+
+
+@pytest.fixture(scope="session")
+def built_overlay(tmp_path_factory):
+    """The overlay's own fold (kernels/gdn_fold.py, default provider): one shape, window 16 (3 binaries)."""
+    from replayssm_overlay.kernels.cli import main
+
+    out = tmp_path_factory.mktemp("aot-overlay") / "artifacts"
+    args = build_args(out)
+    del args[args.index("--provider") : args.index("--provider") + 2]
+    assert main(args) == 0
+    return out
