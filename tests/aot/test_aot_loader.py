@@ -235,3 +235,28 @@ def test_overlay_fold_launches_its_prebuilt_pair(built_overlay, monkeypatch):
     with pytest.raises(loader.ArtifactRefused, match="no prebuilt gdn_replayssm_knorm_kernel"):
         gdn_fold.fold_all_layers(pool["checkpoint_state"], pool["rawv_cache"], pool["rawk_cache"], pool["g_cache"],
                                  pool["beta_cache"], pool["ssm_state_indices"], pool["accept_lens"], kernels=pair)
+
+
+class _Tripwire:
+    def __getattr__(self, name):
+        raise AssertionError(f"triton.runtime.driver.active.{name} touched outside prebuilt_modules")
+
+
+def test_first_launch_touches_triton_s_driver_only_inside_the_module_scope(built, fold_module, monkeypatch):
+    """Seen on the H200: looking up the device through Triton's driver before loading created the driver
+    outside `prebuilt_modules`, so Triton built cuda_utils with gcc into the user's cache."""
+    import triton.runtime
+
+    prebuilt = loader.ArtifactSet.open(built, facts()).kernel(fold_module.gdn_replayssm_exact_fold_kernel)
+    loaded = []
+
+    def fake_load(folder, arg_names, spec):
+        loaded.append(spec["id"])
+        return _Recorder(None)
+
+    monkeypatch.setattr(loader, "_current_device", lambda: 0)
+    monkeypatch.setattr(loader, "_load", fake_load)
+    monkeypatch.setattr(triton.runtime.driver, "_active", _Tripwire())
+    monkeypatch.setattr(fold_module, "gdn_replayssm_exact_fold_kernel", prebuilt)
+    fold_module.commit_gdn_replayssm_fold_all_layers(**_meta_pool())
+    assert len(loaded) == 1

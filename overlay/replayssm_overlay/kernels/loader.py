@@ -187,13 +187,20 @@ class _Binary:
 
     def compiled(self):
         """Triton's CompiledKernel for this binary on the current device, loaded once (no compilation)."""
-        from triton.runtime import driver
-
-        device = driver.active.get_current_device()
+        device = _current_device()
         kernel = self._compiled.get(device)
         if kernel is None:
             kernel = self._compiled[device] = _load(self.folder, self.arg_names, self.spec)
         return kernel
+
+
+def _current_device() -> int:
+    """The device Triton's CUDA driver would name, asked of torch: the first touch of
+    `triton.runtime.driver.active` builds Triton's `cuda_utils` module, and that must happen inside
+    `prebuilt_modules` (in `_load`), where it is served from the folder instead of compiled with gcc."""
+    import torch
+
+    return torch.cuda.current_device()
 
 
 def _scalar_fits(value, ty: str) -> bool:
