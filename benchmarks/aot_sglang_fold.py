@@ -38,13 +38,23 @@ def fold_file() -> Path:
 
 
 def load_fold_module(path: Path | None = None):
-    """SGLang's fold module, imported by path (torch may be absent on a build machine: only annotations use it)."""
+    """SGLang's fold module, imported by path and compiled (torch may be absent on a build machine: only
+    annotations use it)."""
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
         sys.modules["torch"] = types.ModuleType("torch")
-    path = Path(path or fold_file())
-    spec = importlib.util.spec_from_file_location("rso_sglang_gdn_fold", path)
+    return load_compiled(Path(path or fold_file()), "rso_sglang_gdn_fold")
+
+
+def load_compiled(path: Path, name: str):
+    """Import a kernel file by path with Triton's interpreter off (the CPU test session may have set
+    TRITON_INTERPRET=1, which makes `@triton.jit` produce functions that cannot be compiled)."""
+    import triton
+
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = False
+        spec.loader.exec_module(module)
     return module
 
 

@@ -3,23 +3,23 @@
 The build compiles SGLang 0.5.19's own GDN fold kernel (loaded by file path from the installed wheel,
 see benchmarks/aot_sglang_fold.py) for sm_90 with this venv's Triton, on this GPU-less machine, through
 the real `kernels build` command: two specializations (with and without a track slot) for one head
-shape and one window, about 5 s. Tests that change a folder work on a copy.
+shape and one window, about 5 s, in a child process without TRITON_INTERPRET (see aot_helpers). Tests
+that change a folder work on a copy.
 """
 
 import shutil
 
 import pytest
 
-from tests.aot.aot_helpers import build_args
+from tests.aot.aot_helpers import build_args, cli
 
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
     """A pristine artifact folder; never modify it (use `artifacts` for a private copy)."""
-    from replayssm_overlay.kernels.cli import main
-
     out = tmp_path_factory.mktemp("aot") / "artifacts"
-    assert main(build_args(out) + ["--json"]) == 0
+    run = cli(*build_args(out))
+    assert run.returncode == 0, run.stderr
     return out
 
 
@@ -40,10 +40,9 @@ def fold_module():
 @pytest.fixture(scope="session")
 def built_overlay(tmp_path_factory):
     """The overlay's own fold (kernels/gdn_fold.py, default provider): one shape, window 16 (3 binaries)."""
-    from replayssm_overlay.kernels.cli import main
-
     out = tmp_path_factory.mktemp("aot-overlay") / "artifacts"
     args = build_args(out)
     del args[args.index("--provider") : args.index("--provider") + 2]
-    assert main(args) == 0
+    run = cli(*args)
+    assert run.returncode == 0, run.stderr
     return out

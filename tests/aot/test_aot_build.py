@@ -2,14 +2,16 @@
 failed or refused build leaves the old folder alone. Real Triton (this venv's), real gcc, real kernel."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import triton
 
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import aot, aot_manifest as am
-from replayssm_overlay.kernels.cli import main
-from tests.aot.aot_helpers import build_args
+from tests.aot.aot_helpers import build_args, child_env, cli
 
 
 def _manifest(folder):
@@ -60,20 +62,22 @@ def test_launcher_modules_are_built_for_this_python_and_keep_libcuda(built):
         assert b"libcuda.so.1" in data  # NEEDED entry kept (--no-as-needed), or it would not import on a GPU node
 
 
-def test_rebuild_with_the_same_inputs_changes_nothing(artifacts, capsys):
+def test_rebuild_with_the_same_inputs_changes_nothing(artifacts):
     before = _snapshot(artifacts)
-    assert main(build_args(artifacts) + ["--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    run = cli(*build_args(artifacts), "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
     assert result["up_to_date"] is True and result["compiled"] == 0
     assert _snapshot(artifacts) == before
 
 
-def test_changed_inputs_rebuild_only_what_changed(artifacts, capsys):
+def test_changed_inputs_rebuild_only_what_changed(artifacts):
     old_ids = {s["id"] for s in _manifest(artifacts)["kernels"][0]["specializations"]}
     args = build_args(artifacts)
     args[args.index("--window") + 1 :] = ["8", "16"]
-    assert main(args + ["--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    run = cli(*args, "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
     assert (result["compiled"], result["reused"]) == (2, 2)
     specs = _manifest(artifacts)["kernels"][0]["specializations"]
     assert old_ids < {s["id"] for s in specs} and len(specs) == 4
@@ -81,28 +85,45 @@ def test_changed_inputs_rebuild_only_what_changed(artifacts, capsys):
     assert not [p for p in artifacts.parent.iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def test_a_failed_compile_leaves_the_old_folder_intact(artifacts, fold_module):
+BROKEN_PROVIDER = """
+from benchmarks.aot_sglang_fold import aot_specializations as proof
+
+
+def aot_specializations(hv, h, k, v, window):
+    good = proof(hv, h, k, v, window)
+    broken = dict(good[0], constexprs=dict(good[0]["constexprs"], BK=96), label="broken")  # arange of 96: error
+    return good + [broken]
+"""
+
+
+def test_a_failed_compile_leaves_the_old_folder_intact(artifacts, tmp_path):
     before = _snapshot(artifacts)
-    kernel = fold_module.gdn_replayssm_exact_fold_kernel
-    good = aot.collect(_proof_provider(), [aot.HeadShape(32, 16, 128, 128)], [16])
-    broken = aot.normalize(
-        {"kernel": kernel, "signature": good[0].signature, "num_warps": 1,
-         "constexprs": dict(good[0].constexprs, BK=96)},  # tl.arange needs a power of two: compile error
-        "broken",
-    )
-    with pytest.raises(Exception):
-        aot.build(artifacts, good + [broken], progress=lambda line: None)
+    (tmp_path / "broken_provider.py").write_text(BROKEN_PROVIDER)
+    args = build_args(artifacts)
+    args[args.index("--provider") + 1] = "broken_provider:aot_specializations"
+    env = child_env()
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "replayssm_overlay.kernels.cli", *args], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert run.returncode != 0 and "[3/3] compile" in run.stdout
     assert _snapshot(artifacts) == before
     assert not [p for p in artifacts.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_refuses_to_build_under_triton_s_interpreter(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "replayssm_overlay.kernels.cli", *build_args(tmp_path / "out")],
+                         capture_output=True, text=True, env=dict(child_env(), TRITON_INTERPRET="1"), timeout=300)
+    assert run.returncode == 2 and "unset TRITON_INTERPRET" in run.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_refuses_to_replace_a_folder_that_is_not_ours(tmp_path):
     out = tmp_path / "precious"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(OverlayError, match="not a kernel artifact folder"):
-        aot.build(out, [], progress=lambda line: None)
-    assert (out / "notes.txt").read_text() == "keep me"
+    run = cli(*build_args(out))
+    assert run.returncode == 2 and "not a kernel artifact folder" in run.stderr
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
 
 
 def test_tp_sizes_must_divide_the_heads():
@@ -120,8 +141,4 @@ def test_incomplete_provider_entries_are_refused(fold_module):
         aot.normalize({"signature": {}}, "no kernel")
 
 
-def _proof_provider():
-    from benchmarks.aot_sglang_fold import aot_specializations
-
-    return aot_specializations
 

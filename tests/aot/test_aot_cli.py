@@ -1,18 +1,12 @@
 """`replayssm-overlay kernels build|check|status`: exit codes 0/1/2, --json, and the readable output."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from replayssm_overlay.kernels import loader
 from replayssm_overlay.kernels.cli import main
-from tests.aot.aot_helpers import PROVIDER
-
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.aot.aot_helpers import build_args, cli
 
 
 def run_json(capsys, *argv) -> tuple[int, dict]:
@@ -73,15 +67,12 @@ def test_build_usage_errors_exit_2_and_write_nothing(tmp_path, capsys, argv, mes
 
 
 def test_runs_as_a_module_with_help_and_exit_codes(artifacts):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "overlay"), str(ROOT)]))
-    module = [sys.executable, "-m", "replayssm_overlay.kernels.cli", "kernels"]
-    helped = subprocess.run(module + ["build", "--help"], capture_output=True, text=True, env=env)
+    helped = cli("kernels", "build", "--help")
     assert helped.returncode == 0 and "qwen3-next-80b-a3b" in helped.stdout and "sm_90" in helped.stdout
-    bare = subprocess.run(module, capture_output=True, text=True, env=env)
+    bare = cli("kernels")
     assert bare.returncode == 2 and "build" in bare.stderr
-    checked = subprocess.run(module + ["check", str(artifacts), "--arch", "90"], capture_output=True, text=True, env=env)
+    checked = cli("kernels", "check", str(artifacts), "--arch", "90")
     assert checked.returncode == 0 and checked.stdout.startswith("OK")
-    again = subprocess.run(module + ["build", "--out", str(artifacts), "--provider", PROVIDER, "--hv", "32", "--h", "16",
-                                     "--k", "128", "--v", "128", "--tp", "1", "--window", "16"],
-                           capture_output=True, text=True, env=env)
+    again = cli(*build_args(artifacts))
     assert again.returncode == 0 and "nothing rebuilt" in again.stdout
+

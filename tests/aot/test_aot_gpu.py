@@ -5,16 +5,12 @@ benchmarks/gpu_aot_check.py; this test runs the same checks on a folder it build
 SGLang 0.5.19's fold and (once it is in the tree) the overlay's."""
 
 import importlib.util
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.aot.aot_helpers import PROVIDER, build_args
-
-ROOT = Path(__file__).resolve().parent.parent.parent
+from tests.aot.aot_helpers import PROVIDER, ROOT, build_args, child_env, cli
 
 
 @pytest.mark.gpu
@@ -26,17 +22,15 @@ def test_prebuilt_fold_compiles_nothing_and_matches_the_jit(tmp_path, kernel):
         pytest.skip("the artifacts target sm_90 (H100/H200)")
     if kernel == "overlay" and importlib.util.find_spec("replayssm_overlay.kernels.gdn_fold") is None:
         pytest.skip("the overlay's fold kernel is not in this tree yet")
-    from replayssm_overlay.kernels.cli import main
-
     args = build_args(tmp_path / "artifacts")
     if kernel == "overlay":
         args.remove("--provider")
         args.remove(PROVIDER)
-    assert main(args) == 0
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "overlay"), str(ROOT)]))
+    built = cli(*args)
+    assert built.returncode == 0, built.stderr
     run = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_aot_check.py"), "--kernel", kernel,
          "--artifacts", str(tmp_path / "artifacts"), "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True, text=True, env=child_env(), timeout=600,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]

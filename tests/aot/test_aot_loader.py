@@ -2,7 +2,6 @@
 binary a launch picks (or why none). CPU only: launching a cubin needs the GPU (test_aot_gpu.py)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +13,9 @@ import triton
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import aot_manifest as am
 from replayssm_overlay.kernels import loader
+from tests.aot.aot_helpers import child_env
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 
 
 def facts(**change):
@@ -95,10 +94,12 @@ def test_kernel_must_be_built_from_the_installed_source(built, fold_module, tmp_
     with pytest.raises(loader.ArtifactRefused, match="another version of its source"):
         artifacts.kernel(other)
 
-    @triton.jit
     def unrelated_kernel(x):
         pass
 
+    with triton.knobs.runtime.scope():  # compiled, even if this session runs Triton's interpreter
+        triton.knobs.runtime.interpret = False
+        unrelated_kernel = triton.jit(unrelated_kernel)
     with pytest.raises(loader.ArtifactRefused, match="no prebuilt binaries for kernel unrelated_kernel"):
         artifacts.kernel(unrelated_kernel)
 
@@ -189,8 +190,7 @@ def test_launch_refuses_wrong_dtypes_and_misaligned_pointers(routed):
 def test_launcher_modules_are_served_from_the_folder_without_gcc(built, tmp_path):
     """In a child (it fakes libcuda): Triton's own launcher setup finds every module it needs in the
     folder under the keys it computes, and with the modules gone the loader refuses instead of building."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "overlay"), str(ROOT)]),
-               TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(child_env(), TRITON_CACHE_DIR=str(tmp_path / "cache"))
     probe = [sys.executable, str(HERE / "modules_probe.py")]
     run = subprocess.run(probe + [str(built), str(built)], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -220,8 +220,9 @@ def test_launcher_gets_the_signature_in_argument_order(built):
 def test_overlay_fold_launches_its_prebuilt_pair(built_overlay, monkeypatch):
     """The overlay's `fold_all_layers(kernels=(knorm, fold))` with the loader's kernels: each launch finds
     its binary (runtime int32 strides, any slot count), and a window that was not built is refused."""
-    from replayssm_overlay.kernels import gdn_fold
+    from tests.aot.aot_helpers import overlay_fold_compiled
 
+    gdn_fold = overlay_fold_compiled()
     artifacts = loader.ArtifactSet.open(built_overlay, facts())
     pair = (artifacts.kernel(gdn_fold.gdn_replayssm_knorm_kernel), artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel))
     recorders = {}
@@ -229,12 +230,14 @@ def test_overlay_fold_launches_its_prebuilt_pair(built_overlay, monkeypatch):
     for slots in (8, 3):
         pool = _meta_pool(slots=slots)
         gdn_fold.fold_all_layers(pool["checkpoint_state"], pool["rawv_cache"], pool["rawk_cache"], pool["g_cache"],
-                                 pool["beta_cache"], pool["ssm_state_indices"], pool["accept_lens"], kernels=pair)
+                                 pool["beta_cache"], pool["ssm_state_indices"], pool["accept_lens"], kernels=pair,
+                                 tree_numpy=False)
     assert sorted(len(r.calls) for r in recorders.values()) == [2, 2]  # knorm, fold without track
     pool = _meta_pool(window=8)
     with pytest.raises(loader.ArtifactRefused, match="no prebuilt gdn_replayssm_knorm_kernel"):
         gdn_fold.fold_all_layers(pool["checkpoint_state"], pool["rawv_cache"], pool["rawk_cache"], pool["g_cache"],
-                                 pool["beta_cache"], pool["ssm_state_indices"], pool["accept_lens"], kernels=pair)
+                                 pool["beta_cache"], pool["ssm_state_indices"], pool["accept_lens"], kernels=pair,
+                                 tree_numpy=False)
 
 
 class _Tripwire:
@@ -260,3 +263,14 @@ def test_first_launch_touches_triton_s_driver_only_inside_the_module_scope(built
     monkeypatch.setattr(fold_module, "gdn_replayssm_exact_fold_kernel", prebuilt)
     fold_module.commit_gdn_replayssm_fold_all_layers(**_meta_pool())
     assert len(loaded) == 1
+
+
+def test_refuses_kernels_running_under_triton_s_interpreter(built):
+    def gdn_replayssm_exact_fold_kernel(x):
+        pass
+
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = True
+        interpreted = triton.jit(gdn_replayssm_exact_fold_kernel)
+    with pytest.raises(loader.ArtifactRefused, match="interpreter"):
+        loader.ArtifactSet.open(built, facts()).kernel(interpreted)

@@ -170,6 +170,8 @@ def collect(provider: Callable, shapes: Iterable[HeadShape], windows: Iterable[i
     """Every specialization the provider asks for, once each."""
     import triton
 
+    _require_compiler()
+
     seen, specs = set(), []
     for shape in shapes:
         for window in windows:
@@ -188,6 +190,8 @@ def collect(provider: Callable, shapes: Iterable[HeadShape], windows: Iterable[i
 def build(out: Path, specs: list[Specialization], progress: Callable[[str], None] = print) -> dict:
     """Build (or reuse) every specialization into `out`; returns a summary for the CLI."""
     import triton
+
+    _require_compiler()
 
     started = time.monotonic()
     out = Path(out).resolve()
@@ -227,6 +231,15 @@ def build(out: Path, specs: list[Specialization], progress: Callable[[str], None
              f"{time.monotonic() - started:.1f} s")
     return {"out": str(out), "up_to_date": False, "compiled": compiled, "reused": len(specs) - compiled,
             "modules": len(modules)}
+
+
+def _require_compiler() -> None:
+    """Triton's interpreter, once on in a process, replaces parts of `triton.language`: nothing compiles."""
+    import triton
+
+    if triton.knobs.runtime.interpret:
+        raise OverlayError("Triton's interpreter is on (TRITON_INTERPRET=1): this process cannot compile kernels",
+                           "unset TRITON_INTERPRET and build again")
 
 
 def _existing(out: Path) -> dict | None:

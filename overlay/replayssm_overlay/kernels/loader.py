@@ -136,6 +136,9 @@ class ArtifactSet:
     def kernel(self, jit_fn) -> "PrebuiltKernel":
         """The prebuilt binaries of `jit_fn`; refuses if there are none or they are of another source."""
         name = jit_fn.__name__
+        if not hasattr(jit_fn, "cache_key"):
+            raise ArtifactRefused(f"kernel {name} runs under Triton's interpreter (TRITON_INTERPRET=1)",
+                                  "unset TRITON_INTERPRET to use the prebuilt kernels")
         entry = self._kernels.get(name)
         if entry is None:
             raise ArtifactRefused(f"no prebuilt binaries for kernel {name} in {self.folder}", _REBUILD)
