@@ -23,6 +23,7 @@ tensors. Prints a table, writes aot_check_<kernel>.json to --out, exits 0 only i
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -143,9 +144,7 @@ def run_case(case: str, artifacts: Path, kernel: str) -> dict:
         torch.cuda.synchronize()
         first = time.perf_counter() - start
         after = _sha(torch, inputs["checkpoint_state"])
-        scratch = make_scratch(inputs)
-        steady = _median_ms(torch, lambda: fold(scratch))
-        del scratch
+        steady = _median_ms(torch, functools.partial(fold, make_scratch(inputs)))
         result["folds"].append({"has_track": has_track, "used": used, "first_call_s": round(first, 4),
                                 "steady_ms": steady, "state_sha256": after, "changed": after != before})
     result["compilations"] = compiles.count(False)
