@@ -50,46 +50,82 @@ NUM_WARPS = 1
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
 
 
+def lanes_from_front(version: str | None = None) -> bool:
+    """Triton before 3.7 hands lanes to tied axes from the front, 3.7 from the back (see _k_offsets)."""
+    major, minor = (int(x) for x in (version or triton.__version__).split(".")[:2])
+    return (major, minor) < (3, 7)
+
+
 class FoldShapeNotSupported(ValueError):
     """The pool's shapes are not ones this kernel reproduces bitwise; the caller falls back."""
 
 
 @triton.jit
-def _sum_over_k(p, TREE_NUMPY: tl.constexpr):
-    """Sum a [2,2,N,2,2,2,4] tile over its k axes in the reference's association; -> [1,1,N,1,1,1,1]."""
-    N: tl.constexpr = p.shape[4]
-    if TREE_NUMPY:
-        if N == 1:
-            return tl.sum(tl.reshape(p, [128]), 0)
-        else:
-            flat = tl.reshape(tl.permute(p, [0, 1, 2, 3, 5, 6, 4]), [128, N])
-            return tl.reshape(tl.sum(flat, 0), [1, 1, 1, 1, N, 1, 1])
-    else:
-        even, odd = tl.split(tl.reshape(p, [2, 2, 2, 2, N, 2, 2, 2]))
-        p0, p2 = tl.split(even)
-        p1, p3 = tl.split(odd)
-        s = p0 + p1
-        s = s + p2
-        s = s + p3
-        s = tl.sum(s, 0, keep_dims=True)  # i ^ 16
-        s = tl.sum(s, 1, keep_dims=True)  # i ^ 8
-        s = tl.sum(s, 2, keep_dims=True)  # i ^ 4
-        s = tl.sum(s, 3, keep_dims=True)  # i ^ 2
-        s = tl.sum(s, 5, keep_dims=True)  # i ^ 1
-        return tl.expand_dims(s, 6)
+def _split_j(x):
+    """[..., 4] -> the four [...] slices j = 0, 1, 2, 3 (register renaming, no data movement)."""
+    even, odd = tl.split(tl.reshape(x, x.shape[:-1] + [2, 2]))
+    x0, x2 = tl.split(even)
+    x1, x3 = tl.split(odd)
+    return x0, x1, x2, x3
 
 
 @triton.jit
-def _k_offsets():
-    """k = 64*a4 + 32*a3 + 16*a2 + 8*a1 + 4*a0 + j on the axes [a4, a3, a2, a1, (V), a0, j]."""
+def _dot_k(x, y, TREE_NUMPY: tl.constexpr):
+    """sum over k of x * y in the reference's association. Tile axes (see `_k_offsets`):
+    [a0, V, a4, a3, a2, a1, V, a0, j], each a0 and V pair with one axis of size 1; the result keeps
+    every axis, with size 1 on the k axes.
+
+    The fmas are written out: LLVM contracts `(x0*y0 + x1*y1)` into either fma(x0, y0, x1*y1), what the
+    decode kernel's PTX has, or fma(x1, y1, x0*y0), depending on how it vectorized the code around it."""
+    x, y = tl.broadcast(x, y)
+    VF: tl.constexpr = x.shape[1]
+    VB: tl.constexpr = x.shape[6]
+    if TREE_NUMPY:
+        flat = tl.reshape(tl.permute(x * y, [2, 3, 4, 5, 0, 7, 8, 1, 6]), [128, VF * VB])
+        return tl.reshape(tl.sum(flat, 0), [1, VF, 1, 1, 1, 1, VB, 1, 1])
+    else:
+        x0, x1, x2, x3 = _split_j(x)
+        y0, y1, y2, y3 = _split_j(y)
+        s = tl.fma(x0, y0, x1 * y1)
+        s = tl.fma(x2, y2, s)
+        s = tl.fma(x3, y3, s)
+        s = tl.sum(s, 2, keep_dims=True)  # i ^ 16
+        s = tl.sum(s, 3, keep_dims=True)  # i ^ 8
+        s = tl.sum(s, 4, keep_dims=True)  # i ^ 4
+        s = tl.sum(s, 5, keep_dims=True)  # i ^ 2
+        s = tl.sum(s, 7, keep_dims=True)  # i ^ 1 (one of these two a0 axes has size 1)
+        s = tl.sum(s, 0, keep_dims=True)
+        return tl.expand_dims(s, 8)
+
+
+@triton.jit
+def _k_offsets(FRONT: tl.constexpr):
+    """k = 64*a4 + 32*a3 + 16*a2 + 8*a1 + 4*a0 + j on the axes [a0, V, a4, a3, a2, a1, V, a0, j].
+
+    a0 and V each sit on two axes, one of size 1: at the front when FRONT, else at the back. Triton
+    gives the lanes of a load to its non-contiguous axes in axis order, from the front in Triton 3.6
+    and from the back in 3.7, so FRONT puts a0 x V on the lanes in either (speed only: the tree is
+    explicit and does not depend on the layout)."""
+    if FRONT:
+        a0 = tl.arange(0, 2)[:, None, None, None, None, None, None, None, None]
+    else:
+        a0 = tl.arange(0, 2)[None, None, None, None, None, None, None, :, None]
     return (
-        64 * tl.arange(0, 2)[:, None, None, None, None, None, None]
-        + 32 * tl.arange(0, 2)[None, :, None, None, None, None, None]
-        + 16 * tl.arange(0, 2)[None, None, :, None, None, None, None]
-        + 8 * tl.arange(0, 2)[None, None, None, :, None, None, None]
-        + 4 * tl.arange(0, 2)[None, None, None, None, None, :, None]
-        + tl.arange(0, 4)[None, None, None, None, None, None, :]
+        4 * a0
+        + 64 * tl.arange(0, 2)[None, None, :, None, None, None, None, None, None]
+        + 32 * tl.arange(0, 2)[None, None, None, :, None, None, None, None, None]
+        + 16 * tl.arange(0, 2)[None, None, None, None, :, None, None, None, None]
+        + 8 * tl.arange(0, 2)[None, None, None, None, None, :, None, None, None]
+        + tl.arange(0, 4)[None, None, None, None, None, None, None, None, :]
     )
+
+
+@triton.jit
+def _v_offsets(FRONT: tl.constexpr, BV: tl.constexpr):
+    if FRONT:
+        return tl.arange(0, BV)[None, :, None, None, None, None, None, None, None]
+    else:
+        return tl.arange(0, BV)[None, None, None, None, None, None, :, None, None]
 
 
 @triton.jit(do_not_specialize=["rawk_layer_rows", "rawk_slot_rows"])
@@ -105,6 +141,7 @@ def gdn_replayssm_knorm_kernel(
     RL: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
     NULL_ID: tl.constexpr,
+    FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
     """Grid (H * L, B). Normalizes each accepted step's k once per (layer, request, k-head)."""
@@ -116,13 +153,13 @@ def gdn_replayssm_knorm_kernel(
     if slot <= NULL_ID:
         return
     n_commit = tl.load(accept_lens + i_n)
-    o_k = _k_offsets()
+    o_k = _k_offsets(FRONT)
     p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL) * K + o_k
     p_out = knorm + ((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL * K + o_k
     for t in range(0, n_commit):
         b_k = tl.load(p_k + t * K).to(tl.float32)
         if USE_QK_L2NORM:
-            b_k = b_k / tl.sqrt(_sum_over_k(b_k * b_k, TREE_NUMPY) + 1e-6)
+            b_k = b_k / tl.sqrt(_dot_k(b_k, b_k, TREE_NUMPY) + 1e-6)
         tl.store(p_out + t * K, b_k)
 
 
@@ -156,6 +193,7 @@ def gdn_replayssm_fold_kernel(
     RL: tl.constexpr,
     NULL_ID: tl.constexpr,
     HAS_TRACK: tl.constexpr,
+    FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
     """Grid (V // BV, B, HV * L)."""
@@ -179,8 +217,8 @@ def gdn_replayssm_fold_kernel(
         track_slot = NULL_ID
         track_step = -1
 
-    o_k = _k_offsets()
-    o_v = i_v * BV + tl.arange(0, BV)[None, None, None, None, :, None, None]
+    o_k = _k_offsets(FRONT)
+    o_v = i_v * BV + _v_offsets(FRONT, BV)
     head_tile = (i_layer * state_layer_tiles + i_hv) * K * V
     p_h = state + head_tile + slot * state_slot_tiles * K * V + o_v * K + o_k
     b_h = tl.load(p_h)
@@ -200,16 +238,17 @@ def gdn_replayssm_fold_kernel(
         b_v = n_v.to(tl.float32)
         b_g = n_g
         b_beta = n_b
-        # the next step's v, g, beta are in flight while this step computes
+        # the next step's v, g, beta are in flight while this step computes (prefetching k too costs
+        # 64 registers and was slower on the H200: notes/perf.md)
         more = t + 1 < n_commit
         n_v = tl.load(p_v + (t + 1) * V, mask=more, other=0.0)
         n_g = tl.load(p_g + (t + 1), mask=more, other=0.0)
         n_b = tl.load(p_b + (t + 1), mask=more, other=0.0)
 
         b_h *= tl.exp(b_g)
-        b_v -= _sum_over_k(b_h * b_k, TREE_NUMPY)
+        b_v -= _dot_k(b_h, b_k, TREE_NUMPY)
         b_v *= b_beta
-        b_h += b_k * b_v
+        b_h = tl.fma(b_k, b_v, b_h)
 
         if HAS_TRACK:
             if (t == track_step) & (track_slot > NULL_ID):
@@ -292,12 +331,13 @@ def fold_all_layers(
     track_steps = _as_int32(track_steps) if has_track else accept_lens
     knorm_kernel, fold_kernel = kernels or (gdn_replayssm_knorm_kernel, gdn_replayssm_fold_kernel)
     tree_numpy = _tree_numpy() if tree_numpy is None else tree_numpy
+    front = lanes_from_front()
     knorm = torch.empty((L, B, H, RL, K), dtype=torch.float32, device=state.device)
     knorm_kernel[(H * L, B)](
         rawk, slots, accept_lens, knorm,
         _units(rawk.stride(0), K, "rawk layer"),
         _units(rawk.stride(1), K, "rawk slot"),
-        H=H, K=K, RL=RL, USE_QK_L2NORM=use_qk_l2norm, NULL_ID=null_id, TREE_NUMPY=tree_numpy,
+        H=H, K=K, RL=RL, USE_QK_L2NORM=use_qk_l2norm, NULL_ID=null_id, FRONT=front, TREE_NUMPY=tree_numpy,
         num_warps=1, num_stages=NUM_STAGES,
     )
     fold_kernel[(V // BLOCK_V, B, HV * L)](
@@ -308,22 +348,23 @@ def fold_all_layers(
         _units(rawv.stride(1), V, "rawv slot"),
         gate.stride(0),
         gate.stride(1),
-        H=H, HV=HV, K=K, V=V, BV=BLOCK_V, RL=RL, NULL_ID=null_id, HAS_TRACK=has_track,
+        H=H, HV=HV, K=K, V=V, BV=BLOCK_V, RL=RL, NULL_ID=null_id, HAS_TRACK=has_track, FRONT=front,
         TREE_NUMPY=tree_numpy, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
 
 
-def aot_specializations(hv: int, h: int, k: int, v: int, window: int) -> list:
+def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_version: str | None = None) -> list:
     """What the ahead-of-time build compiles for one per-rank head shape and verify window: the k
     normalization (l2 norm on) and the fold with and without a track slot; null id -1, the GPU tree.
     Empty if the shape is not one this kernel reproduces."""
     if k != SUPPORTED_K or v % BLOCK_V or hv % h:
         return []
+    front = lanes_from_front(triton_version)
     ints = {name: "*i32" for name in ("slots", "accept_lens")}
     knorm_sig = {"rawk": "*bf16", "knorm": "*fp32", **ints, "rawk_layer_rows": "i32", "rawk_slot_rows": "i32"}
     specs = [dict(
         kernel=gdn_replayssm_knorm_kernel, signature=knorm_sig, num_warps=1, num_stages=NUM_STAGES,
-        constexprs=dict(H=h, K=k, RL=window, USE_QK_L2NORM=True, NULL_ID=-1, TREE_NUMPY=False),
+        constexprs=dict(H=h, K=k, RL=window, USE_QK_L2NORM=True, NULL_ID=-1, FRONT=front, TREE_NUMPY=False),
         label=f"gdn_knorm H{h} K{k} RL{window}",
     )]
     fold_sig = {"state": "*fp32", "rawv": "*bf16", "knorm": "*fp32", "gate": "*fp32", "beta": "*fp32", **ints,
@@ -333,7 +374,7 @@ def aot_specializations(hv: int, h: int, k: int, v: int, window: int) -> list:
         specs.append(dict(
             kernel=gdn_replayssm_fold_kernel, signature=dict(fold_sig), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
             constexprs=dict(H=h, HV=hv, K=k, V=v, BV=BLOCK_V, RL=window, NULL_ID=-1, HAS_TRACK=has_track,
-                            TREE_NUMPY=False),
+                            FRONT=front, TREE_NUMPY=False),
             label=f"gdn_fold HV{hv} H{h} K{k} V{v} RL{window} track={has_track}",
         ))
     return specs
