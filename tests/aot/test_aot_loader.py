@@ -1,5 +1,6 @@
 """The loader: which folder, the node checks and their reasons, the source check, and which prebuilt
-binary a launch picks (or why none). CPU only: launching a cubin needs the GPU (test_aot_gpu.py)."""
+binary a launch picks (or why none). CPU only: launching a cubin needs the GPU (test_aot_gpu.py).
+Triton is imported inside tests, never at collection (see test_aot_build.py)."""
 
 import json
 import subprocess
@@ -8,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import aot_manifest as am
@@ -19,6 +19,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def facts(**change):
+    import triton
+
     base = dict(triton=triton.__version__, python=am.python_tag(), platform=am.platform_key(), arch=90)
     return loader.NodeFacts(**{**base, **change})
 
@@ -44,6 +46,8 @@ def test_matching_node_opens(built):
 
 
 def test_refuses_another_triton_version(built):
+    import triton
+
     assert f"built with Triton {triton.__version__}, this node has Triton 0.0.1" in refusal(built, triton="0.0.1")
 
 
@@ -83,6 +87,8 @@ def test_refuses_a_manifest_of_another_schema(artifacts):
 
 
 def test_kernel_must_be_built_from_the_installed_source(built, fold_module, tmp_path):
+    import triton
+
     artifacts = loader.ArtifactSet.open(built, facts())
     assert artifacts.kernel(fold_module.gdn_replayssm_exact_fold_kernel).name == "gdn_replayssm_exact_fold_kernel"
     # The same file with one line added above the kernel: another Triton source key.
@@ -266,6 +272,8 @@ def test_first_launch_touches_triton_s_driver_only_inside_the_module_scope(built
 
 
 def test_refuses_kernels_running_under_triton_s_interpreter(built):
+    import triton
+
     def gdn_replayssm_exact_fold_kernel(x):
         pass
 
