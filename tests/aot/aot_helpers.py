@@ -25,8 +25,8 @@ def child_env() -> dict:
 
 
 def cli(*argv, timeout=300) -> subprocess.CompletedProcess:
-    """`python -m replayssm_overlay.kernels.cli ARGV` in a child process."""
-    return subprocess.run([sys.executable, "-m", "replayssm_overlay.kernels.cli", *argv], capture_output=True,
+    """`python -m replayssm_overlay ARGV` in a child process."""
+    return subprocess.run([sys.executable, "-m", "replayssm_overlay", *argv], capture_output=True,
                           text=True, env=child_env(), timeout=timeout)
 
 

@@ -106,7 +106,7 @@ def test_a_failed_compile_leaves_the_old_folder_intact(artifacts, tmp_path):
     args[args.index("--provider") + 1] = "broken_provider:aot_specializations"
     env = child_env()
     env["PYTHONPATH"] += os.pathsep + str(tmp_path)
-    run = subprocess.run([sys.executable, "-m", "replayssm_overlay.kernels.cli", *args], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "replayssm_overlay", *args], capture_output=True,
                          text=True, env=env, timeout=300)
     assert run.returncode != 0 and "[3/3] compile" in run.stdout
     assert _snapshot(artifacts) == before
@@ -114,7 +114,7 @@ def test_a_failed_compile_leaves_the_old_folder_intact(artifacts, tmp_path):
 
 
 def test_refuses_to_build_under_triton_s_interpreter(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "replayssm_overlay.kernels.cli", *build_args(tmp_path / "out")],
+    run = subprocess.run([sys.executable, "-m", "replayssm_overlay", *build_args(tmp_path / "out")],
                          capture_output=True, text=True, env=dict(child_env(), TRITON_INTERPRET="1"), timeout=300)
     assert run.returncode == 2 and "unset TRITON_INTERPRET" in run.stderr
     assert not (tmp_path / "out").exists()

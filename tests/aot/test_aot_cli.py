@@ -5,7 +5,7 @@ import json
 import pytest
 
 from replayssm_overlay.kernels import loader
-from replayssm_overlay.kernels.cli import main
+from replayssm_overlay.cli import main
 from tests.aot.aot_helpers import build_args, cli
 
 

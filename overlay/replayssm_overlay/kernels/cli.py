@@ -1,8 +1,7 @@
 """`replayssm-overlay kernels ...`: build the fold kernels ahead of time, check a node against them, status.
 
 `register(subparsers)` adds the group to the overlay's command line (each subcommand's defaults carry
-`handler=callable(args) -> exit code`, the convention of `replayssm_overlay.cli`); `main()` runs the
-group alone (`python -m replayssm_overlay.kernels.cli`). Exit codes: 0 ok; 1 a check failed (`check`:
+`handler=callable(args) -> exit code`, the convention of `replayssm_overlay.cli`, which runs it). Exit codes: 0 ok; 1 a check failed (`check`:
 this node cannot use the artifacts); 2 usage error, environment error or refusal (nothing written).
 """
 
@@ -179,23 +178,3 @@ def _summary(manifest: dict) -> str:
 
 def _print_json(payload: dict) -> None:
     print(json.dumps(payload, indent=2, sort_keys=True))
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="replayssm-overlay")
-    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    if getattr(args, "handler", None) is None:
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        return args.handler(args)
-    except OverlayError as err:
-        print(f"replayssm-overlay kernels: {err}", file=sys.stderr)
-        if getattr(args, "json", False):
-            _print_json({"ok": False, "error": err.what, "fix": err.fix})
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
