@@ -6,6 +6,8 @@ PY := .venv/bin/python
 
 include overlay/patcher.mk
 include smoke_tests/smoke.mk
+include overlay/aot.mk
+include harness/harness.mk
 
 .PHONY: help setup demo test
 help: ## list the targets

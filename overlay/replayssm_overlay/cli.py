@@ -14,6 +14,7 @@ import sys
 import replayssm_overlay
 from replayssm_overlay import patcher
 from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.kernels.cli import register as register_kernels
 from replayssm_overlay.releases import RELEASES, TARGET_FILES
 from replayssm_overlay.target import find_sglang_dir
 
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     status.set_defaults(handler=_status)
+    register_kernels(sub)
     return parser
 
 
