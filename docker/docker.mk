@@ -3,7 +3,7 @@
 # python3, standard library), which refuse bad input (no daemon, unpinned or mismatched digest, unknown
 # base or lane, unreachable registry) with one clear message before any long step starts.
 #
-#   make build  [CUDA_LANE=cu130] [KERNELS=build|skip] [IMAGE=name:tag]
+#   make build  [CUDA_LANE=cu130] [KERNELS=build|skip] [KERNEL_MODEL=all|PRESET,...] [IMAGE=name:tag]
 #   make save   [IMAGE=...] [DIST_DIR=build/docker/dist]      make load TARBALL=file.tar.gz
 #   make push   REGISTRY=host[:port][/path] [IMAGE=...]       make image-diff [IMAGE=...]
 #   make pin-base [CUDA_LANE=...] [DIGEST=sha256:...]         make docker-lint
@@ -25,7 +25,7 @@ IMAGE_NAME ?= sglang-replayssm
 IMAGE_TAG ?= $(SGLANG_RELEASE)-$(OVERLAY_VERSION)$(if $(filter-out $(RSO_DEFAULT_LANE),$(CUDA_LANE)),-$(CUDA_LANE))
 IMAGE ?= $(IMAGE_NAME):$(IMAGE_TAG)
 KERNELS ?= build
-KERNEL_MODEL ?= qwen3.5-35b-a3b
+KERNEL_MODEL ?= all
 BASE_IMAGE ?=
 BASE_DIGEST ?=
 BASE_STANDIN ?= false

@@ -8,7 +8,7 @@ stage copies over /opt/replayssm-overlay/: STAGE/kernels-stage.json (what happen
 embeds it) and, when built, STAGE/kernels/ (the artifact folder, which the loader finds at its default
 /opt/replayssm-overlay/kernels, so the image needs no ENV of its own).
 
-    kernels_stage.py --mode build|skip --stage DIR --model PRESET
+    kernels_stage.py --mode build|skip --stage DIR --model all|PRESET[,PRESET...]
 """
 
 import argparse
@@ -17,10 +17,9 @@ import os
 import subprocess
 import sys
 
-# The AOT build command (issue C). Until `replayssm-overlay kernels build` lands, `build` is a no-op that
-# records "not built (pending)"; swapping in the real command is this one line:
-#   BUILD_COMMAND = [sys.executable, "-m", "replayssm_overlay", "kernels", "build", "--out", "{out}", "--model", "{model}"]
-BUILD_COMMAND = None
+# The AOT build command (`replayssm-overlay kernels build`, overlay/replayssm_overlay/kernels/AOT.md);
+# one `--model PRESET` per preset in RSO_KERNEL_MODEL, none for `all` (the command builds every preset).
+BUILD_COMMAND = [sys.executable, "-m", "replayssm_overlay", "kernels", "build", "--out", "{out}"]
 FINAL_DIR = "/opt/replayssm-overlay/kernels"  # where the final stage puts STAGE/kernels
 
 
@@ -39,11 +38,9 @@ def main(argv=None):
     if args.mode == "skip":
         record["status"] = "skipped"
         record["detail"] = "RSO_KERNELS=skip: no kernels compiled ahead of time; the fold kernels JIT-compile at first use"
-    elif BUILD_COMMAND is None:
-        record["status"] = "pending"
-        record["detail"] = "kernels: not built (pending): the AOT build command has not landed yet"
     else:
-        cmd = [part.format(out=out, model=args.model) for part in BUILD_COMMAND]
+        models = [] if args.model == "all" else args.model.split(",")
+        cmd = [part.format(out=out) for part in BUILD_COMMAND] + [a for m in models for a in ("--model", m)]
         print("kernels stage: " + " ".join(cmd), flush=True)
         returncode = subprocess.run(cmd).returncode
         if returncode != 0:

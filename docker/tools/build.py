@@ -31,6 +31,7 @@ IN_IMAGE_SCRIPTS = ("check_base.py", "kernels_stage.py", "write_manifest.py")
 PROJECT_FILES = ("pyproject.toml", "README.md", "overlay", "smoke_tests")
 BASE_CHECK_REPORT = "/opt/replayssm-overlay/base-check.json"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STEP = re.compile(r"^Step \d+/\d+ : ")  # the classic builder starts a step
 
 
 def build_wheel(python: str, wheels: Path) -> Path:
@@ -87,23 +88,25 @@ def provenance() -> dict[str, str]:
 
 
 def docker_build(context: Path, args: dict[str, str], *extra: str) -> None:
-    """`docker build` with its log streamed through; a failed base check is repeated at the end."""
+    """`docker build` with its log streamed through; a failed step's own output is repeated at the end."""
     cmd = [os.environ.get("DOCKER", "docker"), "build", "--network", "none", "-f", str(DOCKER_DIR / "Dockerfile"), *extra]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     proc = subprocess.Popen([*cmd, str(context)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    findings, collecting = [], False
+    step_output = []  # what the current (last) build step printed
     for line in proc.stdout:
         sys.stderr.write(line)
         clean = ANSI.sub("", line).rstrip()
-        collecting = clean.startswith("base-check failed [") or (collecting and not clean.startswith("The command"))
-        if collecting and clean:
-            findings.append(clean)
+        if STEP.match(clean):
+            step_output = []
+        elif clean and not clean.startswith(("The command '", " ---> ", "Removing intermediate")):
+            step_output.append(clean)
     if proc.wait() != 0:
-        if findings:
-            raise Refusal("the base check refused this base:\n  " + "\n  ".join(findings[:12]),
+        tail = "\n  ".join(step_output[-15:])
+        if any(line.startswith("base-check failed [") for line in step_output):
+            raise Refusal(f"the base check refused this base:\n  {tail}",
                           "see docker/README.md, 'When the base check fails'")
-        raise Refusal("docker build failed; the build log above names the failed step", "see the log above")
+        raise Refusal(f"docker build failed; the failed step printed:\n  {tail}", "see the build log above")
 
 
 def read_patched_files(check_image: str) -> str:
@@ -121,7 +124,7 @@ def main() -> int:
     parser.add_argument("--base-digest", default="")
     parser.add_argument("--standin", action="store_true")
     parser.add_argument("--kernels", default="build", choices=("build", "skip"))
-    parser.add_argument("--kernel-model", default="qwen3.5-35b-a3b")
+    parser.add_argument("--kernel-model", default="all", help="all, or PRESET[,PRESET...]")
     parser.add_argument("--python", default=sys.executable, help="python with pip+setuptools to build the wheel")
     parser.add_argument("--base-python", default="python3", help="the base image's python (RSO_PYTHON)")
     parser.add_argument("--build-dir", default=str(REPO / "build" / "docker"))

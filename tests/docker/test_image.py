@@ -108,17 +108,16 @@ def test_image_diff_shows_the_effective_diff_and_small_added_layers(dockerd, bui
     assert float(added.group(2)) < 50.0
 
 
-def test_kernel_stage_records_what_it_did(dockerd, built_image):
-    """The stage script, run in the image: `skip` and `build` are recorded; anything else is a usage
-    error. `build` is "pending" until the AOT command is wired in (kernels_stage.BUILD_COMMAND); then the
-    stand-in (no Triton) cannot build, and this test must assert that refusal instead."""
-    script = "/opt/replayssm-overlay/build/scripts/kernels_stage.py"
-    shell = (f"python3 {script} --mode build --stage /tmp/s --model qwen3.5-35b-a3b >/dev/null && cat /tmp/s/kernels-stage.json"
-             f" && python3 {script} --mode fast --stage /tmp/t --model m; echo rc=$?")
-    out = run_in(dockerd, built_image.ref, "sh", "-c", shell).stdout
-    record = json.loads(out[:out.index("rc=")])
-    assert record["mode"] == "build" and record["status"] == "pending"
-    assert "not built (pending)" in record["detail"]
-    assert out.strip().endswith("rc=2")
+def test_kernel_stage_records_a_skip_and_refuses_to_build_without_triton(dockerd, built_image):
+    """The stand-in has no Triton: the image records the skip, and the stage script run with
+    `--mode build` in it fails with the message that names KERNELS=skip; a wrong mode is a usage error."""
     stage = json.loads(run_in(dockerd, built_image.ref, "cat", "/opt/replayssm-overlay/kernels-stage.json").stdout)
     assert stage == {**stage, "mode": "skip", "status": "skipped", "dir": None}
+    script = "/opt/replayssm-overlay/build/scripts/kernels_stage.py"
+    build = run_in(dockerd, built_image.ref, "python3", script, "--mode", "build", "--stage", "/tmp/s",
+                   "--model", "qwen3.5-35b-a3b", check=False)
+    assert build.returncode == 1 and "use RSO_KERNELS=skip" in build.stderr, build.stdout + build.stderr
+    assert "kernels build --out /tmp/s/kernels --model qwen3.5-35b-a3b" in build.stdout
+    wrong = run_in(dockerd, built_image.ref, "python3", script, "--mode", "fast", "--stage", "/tmp/t",
+                   "--model", "all", check=False)
+    assert wrong.returncode == 2 and "must be `build` or `skip`" in wrong.stderr
