@@ -51,9 +51,13 @@ def main(argv=None):
         return fail(f"patched files {actual} differ from the labels' values {labelled}",
                     "build with `make -f docker/docker.mk build`, which takes the labels from the base check's dry run")
 
+    image = dict(field.split("=", 1) for field in args.field)
+    if image.get("overlay_version", status["overlay_version"]) != status["overlay_version"]:
+        return fail(f"the installed overlay is {status['overlay_version']}, the build says {image['overlay_version']}",
+                    "build with `make -f docker/docker.mk build`, which builds the wheel it labels")
     manifest = {
         "schema": 1,
-        "image": dict(field.split("=", 1) for field in args.field),
+        "image": image,
         "base_check": base_check,
         "overlay": status,
         "kernels": kernels,

@@ -121,3 +121,18 @@ def test_kernel_stage_records_a_skip_and_refuses_to_build_without_triton(dockerd
     wrong = run_in(dockerd, built_image.ref, "python3", script, "--mode", "fast", "--stage", "/tmp/t",
                    "--model", "all", check=False)
     assert wrong.returncode == 2 and "must be `build` or `skip`" in wrong.stderr
+
+
+def test_manifest_step_refuses_labels_that_do_not_match_the_image(dockerd, built_image):
+    """The last build step cross-checks the labels' values against the image; run it with wrong ones."""
+    script = "/opt/replayssm-overlay/build/scripts/write_manifest.py"
+    common = ["--base-check", "/opt/replayssm-overlay/base-check.json",
+              "--kernels", "/opt/replayssm-overlay/kernels-stage.json", "--out", "/tmp/m.json"]
+    wrong_sha = ",".join(f"{t}={'0' * 64}" for t in TARGETS)
+    proc = run_in(dockerd, built_image.ref, "python3", script, *common, "--patched-files", wrong_sha, check=False)
+    assert proc.returncode == 1 and "differ from the labels' values" in proc.stderr, proc.stderr
+    labels = _labels(dockerd, built_image.ref)
+    proc = run_in(dockerd, built_image.ref, "python3", script, *common,
+                  "--patched-files", labels["org.replayssm.overlay.patched-files"],
+                  "--field", "overlay_version=9.9.9", check=False)
+    assert proc.returncode == 1 and "the build says 9.9.9" in proc.stderr, proc.stderr
