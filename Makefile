@@ -8,6 +8,7 @@ include overlay/patcher.mk
 include smoke_tests/smoke.mk
 include overlay/aot.mk
 include harness/harness.mk
+include docker/docker.mk
 
 .PHONY: help setup demo test
 help: ## list the targets

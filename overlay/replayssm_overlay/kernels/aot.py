@@ -160,10 +160,11 @@ def load_provider(dotted: str) -> Callable:
     try:
         return getattr(importlib.import_module(module_name), attr or "aot_specializations")
     except (ImportError, AttributeError) as err:
-        raise OverlayError(
-            f"kernel provider {dotted!r} is not available ({err})",
-            "build from a tree that has the overlay's fold kernel, or name another with --provider",
-        ) from err
+        if isinstance(err, ImportError) and err.name == "triton":
+            fix = "install the Triton the serving image uses into this Python (the build compiles with it)"
+        else:
+            fix = "build from a tree that has the overlay's fold kernel, or name another with --provider"
+        raise OverlayError(f"kernel provider {dotted!r} is not available ({err})", fix) from err
 
 
 def collect(provider: Callable, shapes: Iterable[HeadShape], windows: Iterable[int]) -> list[Specialization]:
