@@ -1,0 +1,188 @@
+"""Stand-in SGLang base images for the image tests (no registry is reachable, so nothing can be pulled).
+
+A stand-in is Debian bookworm (debootstrap, minbase + python3 + pip: Python 3.11, which the cp311 SGLang
+wheels need) with the REAL SGLang wheel from PyPI installed `--no-deps` the way the released
+`lmsysorg/sglang` image has it: the package under `/sgl-workspace/sglang/python/sglang` (an editable-style
+install: a `.pth` puts `/sgl-workspace/sglang/python` on the path, the wheel's dist-info sits in
+site-packages with a `direct_url.json` that says editable). It has no torch, no Triton, no CUDA: enough
+for the overlay's patcher and CLI, which never import SGLang.
+
+Two layers, like a real image's: the debootstrap rootfs (`docker import`), then the SGLang layout plus a
+non-default ENTRYPOINT/CMD/WORKDIR/ENV (so a test can check that the overlay image keeps them).
+
+Everything slow is cached under `<repo>/.cache/docker-standin/`, keyed by its inputs: the rootfs tarball
+(debootstrap version, mirror, suite, packages) and the downloaded wheels (by version). A rerun only
+imports the tarball and builds the small layout layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from tests.infra.dockerd import Dockerd, unmount_below
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "docker-standin"
+SUITE = "bookworm"
+PACKAGES = ("python3", "python3-pip")
+PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"  # where Debian's python3 looks for pip-installed code
+SGLANG_PROJECT = "sgl-workspace/sglang/python"  # the editable project dir of the released image
+#: the stand-in's runtime settings; the overlay image must carry exactly these
+STANDIN_CONFIG = {
+    "WorkingDir": "/sgl-workspace/sglang",
+    "Entrypoint": ["/usr/bin/env"],
+    "Cmd": ["python3", "-c", "print('stand-in sglang base')"],
+    "Env": {"RSO_STANDIN": "1", "PYTHONUNBUFFERED": "1"},
+}
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this machine's apt uses for `bookworm main` (override: RSO_DEBIAN_MIRROR)."""
+    if os.environ.get("RSO_DEBIAN_MIRROR"):
+        return os.environ["RSO_DEBIAN_MIRROR"]
+    sources = sorted(Path("/etc/apt").glob("sources.list.d/*.sources"))
+    for path in sources:
+        for stanza in path.read_text().split("\n\n"):
+            fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.M))
+            if SUITE in fields.get("Suites", "").split() and "main" in fields.get("Components", "").split():
+                return fields["URIs"].split()[0]
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt").glob("sources.list.d/*.list"))]:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            words = re.sub(r"\[[^]]*\]", "", line).split()
+            if len(words) >= 4 and words[0] == "deb" and words[2] == SUITE and "main" in words[3:]:
+                return words[1]
+    raise RuntimeError(f"no apt source for `{SUITE} main` in /etc/apt; set RSO_DEBIAN_MIRROR=URL")
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _log(msg: str) -> None:
+    print(f"[standin] {msg}", file=sys.stderr, flush=True)
+
+
+def rootfs_tarball() -> Path:
+    """The debootstrap rootfs as a tarball, built once per input set (about 40 s) and cached."""
+    mirror = apt_mirror()
+    version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True,
+                             text=True).stdout.strip()
+    tarball = CACHE / f"rootfs-{SUITE}-{_key(version, mirror, SUITE, PACKAGES, 'minbase')}.tar"
+    if tarball.exists():
+        return tarball
+    CACHE.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=CACHE))
+    try:
+        rootfs = work / "rootfs"
+        _log(f"debootstrap {SUITE} from {mirror} (about 40 s, cached afterwards)")
+        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+                        str(rootfs), mirror], check=True, capture_output=True)
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in (rootfs / junk).glob("*"):
+                if entry.is_file():
+                    entry.unlink()
+        partial = work / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."], check=True)
+        partial.rename(tarball)
+    finally:
+        unmount_below(work)  # debootstrap leaves /proc mounted when it fails half-way
+        shutil.rmtree(work, ignore_errors=True)
+    return tarball
+
+
+def sglang_wheel(version: str) -> Path:
+    """The real `sglang==version` wheel from PyPI (`pip download --no-deps`), cached."""
+    target = CACHE / "wheels" / version
+    found = sorted(target.glob(f"sglang-{version}-*.whl"))
+    if found:
+        return found[0]
+    target.mkdir(parents=True, exist_ok=True)
+    _log(f"pip download sglang=={version}")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}",
+                    "-d", str(target)], check=True)
+    return sorted(target.glob(f"sglang-{version}-*.whl"))[0]
+
+
+def _write_layout(wheel: Path, root: Path) -> None:
+    """Unpack `wheel` into `root` in the released image's layout (see the module docstring)."""
+    project = root / SGLANG_PROJECT
+    site = root / PYTHON_SITE
+    with zipfile.ZipFile(wheel) as zf:
+        dist_info = next(n.split("/")[0] for n in zf.namelist() if n.split("/")[0].endswith(".dist-info"))
+        for name in zf.namelist():
+            if name.endswith("/"):
+                continue
+            top = name.split("/")[0]
+            if top == "sglang":
+                dest = project / name
+            elif top == dist_info and not name.endswith("/RECORD"):
+                dest = site / name
+            else:
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(zf.read(name))
+    (site / dist_info / "direct_url.json").write_text(
+        json.dumps({"url": f"file:///{SGLANG_PROJECT}", "dir_info": {"editable": True}}) + "\n")
+    (site / dist_info / "INSTALLER").write_text("pip\n")
+    (site / f"__editable__.{dist_info.removesuffix('.dist-info')}.pth").write_text(f"/{SGLANG_PROJECT}\n")
+
+
+def _dockerfile_config() -> str:
+    env = " ".join(f"{k}={v}" for k, v in STANDIN_CONFIG["Env"].items())
+    return "\n".join([
+        f"ENV {env}",
+        f"WORKDIR {STANDIN_CONFIG['WorkingDir']}",
+        f"ENTRYPOINT {json.dumps(STANDIN_CONFIG['Entrypoint'])}",
+        f"CMD {json.dumps(STANDIN_CONFIG['Cmd'])}",
+    ])
+
+
+def debian_image(daemon: Dockerd) -> str:
+    """Import the cached rootfs into `daemon` (once per daemon); returns the image reference."""
+    tarball = rootfs_tarball()
+    ref = f"rso-standin-debian:{tarball.stem.rsplit('-', 1)[-1]}"
+    if daemon.docker("image", "inspect", ref, check=False).returncode != 0:
+        _log(f"docker import {tarball.name}")
+        daemon.docker("import", str(tarball), ref, timeout=600)
+    return ref
+
+
+def build_standin(daemon: Dockerd, sglang_version: str = "0.5.19", tag: str | None = None) -> str:
+    """Build the stand-in base with the real `sglang==sglang_version` wheel; returns its image ID."""
+    tag = tag or f"rso-standin-sglang:{sglang_version}"
+    base = debian_image(daemon)
+    wheel = sglang_wheel(sglang_version)
+    with tempfile.TemporaryDirectory(prefix="standin-ctx-") as ctx:
+        _write_layout(wheel, Path(ctx) / "layout")
+        (Path(ctx) / "Dockerfile").write_text(
+            f"FROM {base}\nCOPY layout/ /\n{_dockerfile_config()}\n")
+        _log(f"docker build {tag}")
+        daemon.docker("build", "--network", "none", "-q", "-t", tag, ctx, timeout=900)
+    return image_id(daemon, tag)
+
+
+def derive(daemon: Dockerd, base: str, tag: str, files: dict[str, bytes]) -> str:
+    """A small image FROM `base` with `files` (absolute path -> bytes) replaced; returns its image ID."""
+    with tempfile.TemporaryDirectory(prefix="derive-ctx-") as ctx:
+        for path, data in files.items():
+            dest = Path(ctx) / "files" / path.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        (Path(ctx) / "Dockerfile").write_text(f"FROM {base}\nCOPY files/ /\n")
+        daemon.docker("build", "--network", "none", "-q", "-t", tag, ctx, timeout=600)
+    return image_id(daemon, tag)
+
+
+def image_id(daemon: Dockerd, ref: str) -> str:
+    return daemon.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()

@@ -1,0 +1,258 @@
+"""Start and stop a private Docker daemon for tests (image builds, Ansible test hosts).
+
+CI machines have Debian's `dockerd` (20.10) installed but no daemon running and no registry reachable,
+so every test that needs Docker starts its own daemon here: its own data root, its own short exec root
+and socket, `overlay2` where the kernel allows it and `vfs` otherwise, no iptables, no bridge
+(containers run with `--network none`), and its own containerd namespaces so that several daemons on one
+machine (one per network namespace, say) never see each other's containers. Optionally it runs inside a
+network namespace created with `ip netns add NS` (entered with `nsenter --net`).
+
+API (used by `tests/docker/conftest.py` and the Ansible tests):
+
+    d = start_dockerd(Path("/tmp/x"), netns=None)   # returns when the daemon answers /_ping
+    d.host          # "unix:///tmp/dkr-xxxx/docker.sock", the DOCKER_HOST value
+    d.pid           # the daemon's PID (stop it by this, never by name)
+    d.env()         # os.environ + DOCKER_HOST + DOCKER_BUILDKIT=0, for subprocess calls
+    d.docker("images", "-q")   # run the docker client against this daemon, CompletedProcess (text)
+    d.stop()        # SIGTERM (then SIGKILL), unmount leftovers, remove every directory it created
+
+`Dockerd` is also a context manager. Nothing here is shipped; it lives under tests/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DOCKERD = os.environ.get("RSO_DOCKERD", "dockerd")
+DOCKER_CLIENT = os.environ.get("RSO_DOCKER_CLIENT", "docker")
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+class DockerdError(RuntimeError):
+    """The daemon could not be started; the message carries the tail of its log."""
+
+
+@dataclass
+class Dockerd:
+    """A running private daemon. `root` holds data and the log; `run_dir` holds the socket and exec root."""
+
+    root: Path
+    run_dir: Path
+    pid: int
+    netns: str | None = None
+    storage_driver: str = "vfs"
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def socket_path(self) -> Path:
+        return self.run_dir / "docker.sock"
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "dockerd.log"
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for a docker client talking to this daemon (classic builder: BuildKit needs more)."""
+        env = dict(os.environ if base is None else base)
+        env["DOCKER_HOST"] = self.host
+        env["DOCKER_BUILDKIT"] = "0"
+        env.pop("DOCKER_CONTEXT", None)
+        return env
+
+    def docker(self, *args: str, check: bool = True, timeout: float | None = None,
+               input: str | None = None) -> subprocess.CompletedProcess:
+        """Run `docker ARGS` against this daemon and capture text output; raise on failure if `check`."""
+        proc = subprocess.run([DOCKER_CLIENT, *args], env=self.env(), capture_output=True, text=True,
+                              timeout=timeout, input=input)
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+        return proc
+
+    def alive(self) -> bool:
+        return _pid_alive(self.pid)
+
+    def stop(self) -> None:
+        """Stop the daemon by its PID, then its managed containerd, and remove every directory it used."""
+        _terminate(self.pid, self._proc)
+        containerd_pid = _read_pid(self.run_dir / "exec" / "containerd" / "containerd.pid")
+        if containerd_pid is not None:
+            _terminate(containerd_pid, None)
+        for base in (self.run_dir, self.root):
+            unmount_below(base)
+            shutil.rmtree(base, ignore_errors=True)
+
+    def __enter__(self) -> "Dockerd":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_dockerd(root: Path, netns: str | None = None, storage_driver: str | None = None,
+                  timeout: float = READY_TIMEOUT_S) -> Dockerd:
+    """Start a private dockerd with its data under `root` (created; removed again by `.stop()`).
+
+    `storage_driver`: None picks `overlay2` when an overlay mount works under `root` (fast: layers are
+    not copied) and `vfs` otherwise (works anywhere, copies every layer); `RSO_DOCKER_STORAGE_DRIVER`
+    overrides the choice. The socket lives in a short directory under /tmp (unix socket paths are
+    limited to 107 bytes). Returns once the daemon answers `GET /_ping`; raises DockerdError with the
+    log tail otherwise.
+    """
+    if shutil.which(DOCKERD) is None:
+        raise DockerdError(f"`{DOCKERD}` not found; install Debian's docker.io (scripts/setup-system.sh)")
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    driver = storage_driver or os.environ.get("RSO_DOCKER_STORAGE_DRIVER") or (
+        "overlay2" if _overlay_mount_works(root) else "vfs")
+    run_dir = Path(tempfile.mkdtemp(prefix="dkr-", dir="/tmp"))
+    tag = uuid.uuid4().hex[:10]
+    cmd = [
+        DOCKERD,
+        "--data-root", str(root / "data"),
+        "--exec-root", str(run_dir / "exec"),
+        "--pidfile", str(run_dir / "docker.pid"),
+        "-H", f"unix://{run_dir / 'docker.sock'}",
+        "--storage-driver", driver,
+        "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--bridge=none",
+        "--containerd-namespace", f"rso-{tag}",
+        "--containerd-plugins-namespace", f"rso-{tag}-plugins",
+    ]
+    if netns:
+        # nsenter enters only the network namespace (`ip netns exec` also remounts /sys, which hides the
+        # cgroup v1 mounts dockerd needs) and execs, so the PID is dockerd's
+        cmd = ["nsenter", f"--net=/run/netns/{netns}", "--", *cmd]
+    log = open(root / "dockerd.log", "ab")
+    try:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        log.close()
+    daemon = Dockerd(root=root, run_dir=run_dir, pid=proc.pid, netns=netns, storage_driver=driver,
+                     _proc=proc)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = _tail(daemon.log_path)
+            daemon.stop()
+            raise DockerdError(f"dockerd exited with status {proc.returncode} during start-up:\n{tail}")
+        if _ping(daemon.socket_path):
+            return daemon
+        time.sleep(0.2)
+    tail = _tail(daemon.log_path)
+    daemon.stop()
+    raise DockerdError(f"dockerd did not answer /_ping within {timeout:.0f} s:\n{tail}")
+
+
+def _overlay_mount_works(root: Path) -> bool:
+    """True when the kernel can mount overlayfs with its upper dir on `root`'s filesystem (overlay2)."""
+    probe = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=root))
+    dirs = {name: probe / name for name in ("lower", "upper", "work", "merged")}
+    for path in dirs.values():
+        path.mkdir()
+    opts = f"lowerdir={dirs['lower']},upperdir={dirs['upper']},workdir={dirs['work']}"
+    try:
+        mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(dirs["merged"])],
+                                 capture_output=True).returncode == 0
+        if mounted:
+            subprocess.run(["umount", str(dirs["merged"])], capture_output=True)
+        return mounted
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _ping(sock_path: Path) -> bool:
+    """True when the daemon's API answers `GET /_ping` with OK."""
+    if not sock_path.exists():
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2.0)
+            s.connect(str(sock_path))
+            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = b""
+            while chunk := s.recv(4096):
+                reply += chunk
+    except OSError:
+        return False
+    return reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n", 1)[0] and reply.endswith(b"OK")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _terminate(pid: int, proc: subprocess.Popen | None) -> None:
+    """SIGTERM, wait up to STOP_TIMEOUT_S, then SIGKILL; reap our own child so no zombie is left."""
+    if not _pid_alive(pid):
+        if proc is not None:
+            proc.poll()
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return
+        if proc is None and not _pid_alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if proc is not None:
+        proc.wait(timeout=10)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def unmount_below(base: Path) -> None:
+    """Lazily unmount anything the daemon left mounted under `base` (deepest first), so rmtree works."""
+    prefix = str(base.resolve()) + "/"
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    targets = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 1:
+            target = parts[1].replace("\\040", " ")
+            if target.startswith(prefix):
+                targets.append(target)
+    for target in sorted(targets, key=len, reverse=True):
+        subprocess.run(["umount", "-l", target], capture_output=True)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
