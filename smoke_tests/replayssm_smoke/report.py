@@ -1,0 +1,111 @@
+"""The run's outputs: report.json, junit.xml, accept_length.svg, and the table people read.
+
+report.json is the contract (schema `replayssm-smoke/1`, documented in smoke_tests/README.md). A run
+that stopped on a usage or environment error still writes a report, with `passed: false` and `error`,
+so nothing partial can read as a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from . import junit, plot
+
+SCHEMA = "replayssm-smoke/1"
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _bar(value, top: float, width: int = 20) -> str:
+    if not value or top <= 0:
+        return ""
+    return "#" * max(1, round(width * value / top))
+
+
+def table(report: dict) -> str:
+    lines = []
+    verdict = {0: "PASS", 1: "FAIL", 2: "ERROR"}[report["exit_code"]]
+    target = report.get("target") or {}
+    lines.append(f"replayssm-smoke: {verdict}  target {target.get('url', '?')}  model {target.get('model_path', '?')}"
+                 f"  algorithm {target.get('speculative_algorithm', '?')}")
+    if report.get("error"):
+        lines.append(f"error: {report['error']['what']}")
+        if report["error"].get("fix"):
+            lines.append(f"  fix: {report['error']['fix']}")
+        return "\n".join(lines) + "\n"
+    acc = report.get("acceptance") or {}
+    if acc:
+        top = max([s.get("p90") or 0 for s in acc.values()] + [1.0])
+        lines.append("")
+        lines.append(f"{'class':<10}{'reqs':>5}{'mean':>7}{'p10':>7}{'p50':>7}{'p90':>7}{'floor':>7}  gate  accept length")
+        for cls in sorted(acc):
+            s = acc[cls]
+            floor = (s.get("threshold") or {}).get("min_mean_accept_length")
+            gate = {True: "ok", False: "FAIL", None: "-"}[s.get("passed")]
+            lines.append(f"{cls:<10}{s['requests']:>5}{_fmt(s['mean_accept_length']):>7}{_fmt(s['p10']):>7}"
+                         f"{_fmt(s['p50']):>7}{_fmt(s['p90']):>7}{_fmt(floor):>7}  {gate:<4}  {_bar(s['mean_accept_length'], top)}")
+    mc = report.get("metrics_cross_check") or {}
+    if mc:
+        lines.append("")
+        if mc.get("available"):
+            lines.append(f"/metrics cross-check: {_fmt(mc['accept_length_from_metrics'], 3)} from counters vs "
+                         f"{_fmt(mc['accept_length_from_requests'], 3)} from responses "
+                         f"(diff {_fmt((mc['relative_diff'] or 0) * 100, 1)} %) {mc.get('note', '')}".rstrip())
+        else:
+            lines.append(f"/metrics cross-check: skipped, {mc.get('note', '')}")
+    speed = report.get("speed") or {}
+    if speed:
+        ref = (f", reference {_fmt(speed.get('reference_tokens_per_s_p50'), 1)} tok/s, speedup "
+               f"{_fmt(speed.get('speedup'))}x") if speed.get("reference_tokens_per_s_p50") else ""
+        lines.append(f"single-stream: target {_fmt(speed.get('target_tokens_per_s_p50'), 1)} tok/s (p50){ref}")
+    ex = report.get("exactness") or {}
+    tf = ex.get("teacher_forced") or {}
+    if tf:
+        lines.append("")
+        lines.append(f"teacher-forced: {'ok' if tf['passed'] else 'FAIL'}  {tf['checked_tokens']} tokens, "
+                     f"{len(tf['violations'])} violation(s), {len(tf['ties'])} tie(s) within {tf['tie_margin']:g}")
+        for v in tf["violations"][:10]:
+            lines.append(f"  {v['prompt_id']} position {v['position']}: expected {v['expected']} got {v['got']} "
+                         f"(logprob gap {v['margin']:.4f})")
+        for t in tf["ties"][:10]:
+            lines.append(f"  tie: {t['prompt_id']} position {t['position']}: argmax {t['expected']}, emitted {t['got']} "
+                         f"(gap {t['margin']:.2e})")
+    par = ex.get("parity") or {}
+    if par.get("skipped"):
+        lines.append(f"parity: skipped ({par['skipped']})")
+    elif par:
+        lines.append(f"parity vs {par['against']}: {'ok' if par['passed'] else 'FAIL'}  "
+                     f"{par['prompts_matching']}/{par['prompts']} prompts identical")
+        for pid, d in sorted(par["first_divergence"].items()):
+            if d is not None:
+                lines.append(f"  {pid}: first divergence at {d['position']}: target {d['target_token']} reference "
+                             f"{d['reference_token']} ({'tie' if d['tie'] else 'not a tie'}: {d['note']})")
+    failed = [g for g in report.get("gates", []) if g["passed"] is False]
+    if failed:
+        lines.append("")
+        lines.append("failed gates:")
+        lines += [f"  {g['name']}: {g['detail']}" for g in failed]
+    return "\n".join(lines) + "\n"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write(out_dir: str, report: dict) -> list[str]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"report.json": json.dumps(report, indent=2, sort_keys=False) + "\n", "junit.xml": junit.render(report)}
+    if report.get("acceptance"):
+        files["accept_length.svg"] = plot.render(report["acceptance"])
+    for name, text in files.items():
+        _atomic_write(out / name, text)
+    return [str(out / name) for name in files]

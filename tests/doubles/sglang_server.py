@@ -1,0 +1,488 @@
+#!/usr/bin/env python3
+"""A test double of SGLang 0.5.19's HTTP API, for what cannot run here: the GPU server.
+
+It never ships (it lives under tests/). The smoke suite's tests and the Ansible rollout's stand-in
+container image run it in place of `python -m sglang.launch_server`. Standard library only, so it runs
+with a bare `python3` (a minimal Debian container, no pip packages).
+
+What is faithful to 0.5.19 (field names and shapes checked against the installed release):
+  * POST /generate: `text` or `input_ids` (single or batch), `sampling_params.max_new_tokens`,
+    `return_logprob`, `logprob_start_len`, `top_logprobs_num`, `return_prompt_token_ids`; the response
+    `{"text", "output_ids", "meta_info"[, "prompt_token_ids"]}` with meta_info `id`, `finish_reason`,
+    `prompt_tokens`, `completion_tokens`, `cached_tokens`, `e2e_latency`, the speculative fields
+    (`spec_verify_ct`, `spec_accept_length`, `spec_accept_rate`, `spec_num_correct_drafts`,
+    `spec_num_proposed_drafts`, aliases, `spec_correct_drafts_histogram`) and the logprob lists
+    (`input_token_logprobs`, `input_top_logprobs`, `output_token_logprobs`, `output_top_logprobs`
+    as `[logprob, token_id, null]` triples, position 0 of the input lists being null).
+  * GET /health, /health_generate (200, or 503 with an empty body), /server_info and the deprecated
+    /get_server_info (flat server arguments, `internal_states[0].avg_spec_accept_length`, `version`),
+    /model_info and /get_model_info, /metrics (Prometheus text: `sglang:generation_tokens_total`,
+    `sglang:spec_verify_calls_total`, `sglang:spec_accept_length`, `sglang:spec_accept_rate`).
+
+The "model" is a deterministic toy: a byte-level tokenizer (token id = UTF-8 byte, ids up to 511) and
+logits that depend only on the last three tokens, with one clearly preferred next token, so greedy
+decoding and greedy parity are well defined. Decoding is always greedy (temperature is ignored).
+
+Knobs that make it misbehave on purpose are listed in `--help`. Two of them act on output position k
+(0-based, counted in generated tokens) of every generation request:
+  * --wrong-token-at k: the "speculative" path emits a token that is not the argmax (a lossy verify);
+  * --tie-at k: the model has a near-tie at that position (top two logits 1e-5 apart) and the
+    speculative path emits the runner-up, as tie-breaking in a different kernel would. The server
+    remembers the contexts where it did so, so re-scoring them (teacher forcing) shows the near-tie.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+VOCAB_SIZE = 512
+PREFERRED_BOOST = 6.0  # logit margin of the model's preferred next token over the rest
+TIE_GAP = 1e-5  # logit gap of an injected near-tie
+VERSION = "0.5.19"
+
+
+# ----------------------------------------------------------------------------------------- the toy model
+def _unit(*parts: int) -> float:
+    """A deterministic number in [0, 1) from integers."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
+class ToyModel:
+    """Logits over VOCAB_SIZE that depend on the last three tokens of the context."""
+
+    def __init__(self) -> None:
+        self._tie_contexts: set[int] = set()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _window(context: list[int]) -> tuple[int, ...]:
+        return tuple(context[-3:])
+
+    def _base_logits(self, context: list[int]) -> list[float]:
+        window = self._window(context)
+        seed = int(_unit(*window) * 2**32)
+        logits = [((seed * 2654435761 + v * 40503) % 65521) / 65521 * 4.0 for v in range(VOCAB_SIZE)]
+        preferred = 256 + int(_unit(len(window), *window) * 256)
+        logits[preferred] += PREFERRED_BOOST
+        return logits
+
+    def _runner_up(self, logits: list[float]) -> tuple[int, int]:
+        order = sorted(range(VOCAB_SIZE), key=lambda v: -logits[v])
+        return order[0], order[1]
+
+    def mark_tie(self, context: list[int]) -> None:
+        with self._lock:
+            self._tie_contexts.add(hash(tuple(context)))
+
+    def logits(self, context: list[int]) -> list[float]:
+        logits = self._base_logits(context)
+        with self._lock:
+            tied = hash(tuple(context)) in self._tie_contexts
+        if tied:
+            best, second = self._runner_up(logits)
+            logits[second] = logits[best] - TIE_GAP
+        return logits
+
+    def ranked(self, context: list[int]) -> list[int]:
+        logits = self.logits(context)
+        return sorted(range(VOCAB_SIZE), key=lambda v: -logits[v])
+
+    def logprobs(self, context: list[int]) -> list[float]:
+        logits = self.logits(context)
+        top = max(logits)
+        log_z = top + math.log(sum(math.exp(x - top) for x in logits))
+        return [x - log_z for x in logits]
+
+
+def tokenize(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+def detokenize(ids: list[int]) -> str:
+    out = bytearray()
+    for i in ids:
+        out.append(i if i < 256 else 0x61 + (i - 256) % 26)
+    return out.decode("utf-8", errors="replace")
+
+
+# ----------------------------------------------------------------------------------------- the server
+class ServerState:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.model = ToyModel()
+        self.started = time.time()
+        self.lock = threading.Lock()
+        self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0, "accept_tokens": 0}
+        self.last_window = {"accept_length": 0.0, "accept_rate": 0.0}
+
+    @property
+    def speculative(self) -> bool:
+        return self.args.algorithm.upper() != "NONE"
+
+    def healthy(self) -> bool:
+        if self.args.unhealthy:
+            return False
+        if self.args.health_file and os.path.exists(self.args.health_file):
+            return False
+        return time.time() - self.started >= self.args.start_delay
+
+    # ---------------------------------------------------------------------------------- generation
+    def _accept_length_for(self, prompt_ids: list[int]) -> float:
+        """The request's mean accept length: the configured mean, varied +-20% per prompt."""
+        spread = 0.8 + 0.4 * _unit(*prompt_ids[:32], len(prompt_ids))
+        return min(max(1.0, self.args.accept_length * spread), float(self.args.draft_tokens))
+
+    def _decode(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        context = list(prompt_ids)
+        out: list[int] = []
+        for position in range(max_new_tokens):
+            ranked = self.model.ranked(context)
+            token = ranked[0]
+            if self.speculative and position == self.args.tie_at:
+                self.model.mark_tie(context)
+                token = self.model.ranked(context)[1]
+            elif self.speculative and position == self.args.wrong_token_at:
+                token = ranked[2]
+            out.append(token)
+            context.append(token)
+        return out
+
+    def _spec_fields(self, prompt_ids: list[int], completion: int) -> dict:
+        if completion <= 1:
+            return {}
+        accept = self._accept_length_for(prompt_ids)
+        verify_ct = max(1, math.ceil((completion - 1) / accept))
+        correct = max(0, completion - 1 - verify_ct)
+        proposed = verify_ct * (self.args.draft_tokens - 1)
+        histogram = [0] * self.args.draft_tokens
+        base, extra = divmod(correct, verify_ct)
+        histogram[min(base, self.args.draft_tokens - 1)] += verify_ct - extra
+        if extra:
+            histogram[min(base + 1, self.args.draft_tokens - 1)] += extra
+        return {
+            "spec_accept_rate": correct / proposed if proposed else 0.0,
+            "spec_accept_length": completion / verify_ct,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": verify_ct,
+            "spec_accepted_drafts": correct,
+            "spec_proposed_drafts": proposed,
+            "spec_correct_drafts_histogram": histogram,
+            "spec_accept_histogram": histogram,
+        }
+
+    def _logprob_fields(self, ids: list[int], out: list[int], start: int, top_n: int) -> dict:
+        full = ids + out
+        fields: dict = {}
+        if start < 0 or start >= len(ids):
+            in_positions: list[int] = []
+        else:
+            in_positions = list(range(start, len(ids)))
+        in_tok, in_top = [], []
+        for j, pos in enumerate(in_positions):
+            if j == 0:
+                in_tok.append([None, ids[pos], None])
+                in_top.append(None)
+                continue
+            lps = self.model.logprobs(full[:pos])
+            in_tok.append([lps[ids[pos]], ids[pos], None])
+            in_top.append(_top(lps, top_n))
+        out_tok, out_top = [], []
+        for i, token in enumerate(out):
+            lps = self.model.logprobs(full[: len(ids) + i])
+            out_tok.append([lps[token], token, None])
+            out_top.append(_top(lps, top_n))
+        fields["input_token_logprobs"] = in_tok
+        fields["output_token_logprobs"] = out_tok
+        fields["output_token_logprobs_length"] = len(out_tok)
+        if top_n > 0:
+            fields["input_top_logprobs"] = in_top
+            fields["output_top_logprobs"] = out_top
+        return fields
+
+    def generate_one(self, req: dict, ids: list[int]) -> dict:
+        tic = time.time()
+        params = req.get("sampling_params") or {}
+        max_new = int(params.get("max_new_tokens", 128))
+        out = self._decode(ids, max_new)
+        meta = {
+            "id": req.get("rid") or uuid.uuid4().hex,
+            "finish_reason": {"type": "length", "length": len(out)},
+            "prompt_tokens": len(ids),
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": len(out),
+            "cached_tokens": 0,
+        }
+        if req.get("return_logprob"):
+            start = req.get("logprob_start_len")
+            meta.update(self._logprob_fields(ids, out, -1 if start is None else int(start),
+                                             int(req.get("top_logprobs_num") or 0)))
+        spec = self._spec_fields(ids, len(out)) if self.speculative else {}
+        steps = spec.get("spec_verify_ct", 0) + 1 if self.speculative else len(out)
+        time.sleep(self.args.step_ms / 1000.0 * steps)
+        meta["e2e_latency"] = time.time() - tic
+        meta.update(spec)
+        with self.lock:
+            self.counters["prompt_tokens"] += len(ids)
+            self.counters["generation_tokens"] += len(out)
+            if spec:
+                self.counters["verify_calls"] += spec["spec_verify_ct"]
+                self.counters["accept_tokens"] += len(out)
+                self.last_window = {"accept_length": spec["spec_accept_length"],
+                                    "accept_rate": spec["spec_accept_rate"]}
+        result = {"text": detokenize(out), "output_ids": out, "meta_info": meta}
+        if req.get("return_prompt_token_ids"):
+            result["prompt_token_ids"] = list(ids)
+        return result
+
+    # ---------------------------------------------------------------------------------- info
+    def server_info(self) -> dict:
+        args = self.args
+        internal: dict = {"last_gen_throughput": 0.0, "effective_max_running_requests_per_dp": 64}
+        with self.lock:
+            if self.speculative and self.counters["verify_calls"]:
+                internal["avg_spec_accept_length"] = self.counters["accept_tokens"] / self.counters["verify_calls"]
+        spec = self.speculative
+        return {
+            "model_path": args.model_path,
+            "served_model_name": args.served_model_name or args.model_path,
+            "tokenizer_path": args.model_path,
+            "host": args.host,
+            "port": args.port,
+            "tp_size": 1,
+            "dp_size": 1,
+            "page_size": 1,
+            "enable_metrics": not args.no_metrics,
+            "speculative_algorithm": args.algorithm.upper() if spec else None,
+            "speculative_draft_model_path": args.model_path + "-draft" if spec else None,
+            "speculative_num_steps": args.draft_tokens - 1 if spec else None,
+            "speculative_eagle_topk": 1 if spec else None,
+            "speculative_num_draft_tokens": args.draft_tokens if spec else None,
+            "enable_linear_replayssm_spec": spec,
+            "mamba_ssm_dtype": "float32",
+            "startup_time": self.started,
+            "internal_states": [internal],
+            "version": VERSION,
+            "kv_events": None,
+        }
+
+    def model_info(self) -> dict:
+        args = self.args
+        return {
+            "model_path": args.model_path,
+            "served_model_name": args.served_model_name or args.model_path,
+            "tokenizer_path": args.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "qwen3_next",
+            "architectures": ["Qwen3NextForCausalLM"],
+        }
+
+    def metrics(self) -> str:
+        name = self.args.served_model_name or self.args.model_path
+        base = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0"'
+        with self.lock:
+            c = dict(self.counters)
+            w = dict(self.last_window)
+        lines = [
+            "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
+            "# TYPE sglang:prompt_tokens_total counter",
+            f'sglang:prompt_tokens_total{{{base},is_streaming="false"}} {float(c["prompt_tokens"])}',
+            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE sglang:generation_tokens_total counter",
+            f'sglang:generation_tokens_total{{{base},is_streaming="false"}} {float(c["generation_tokens"])}',
+        ]
+        if self.speculative:
+            lines += [
+                "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.",
+                "# TYPE sglang:spec_verify_calls_total counter",
+                f"sglang:spec_verify_calls_total{{{base}}} {float(c['verify_calls'])}",
+                "# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding "
+                "(accepted drafts + bonus token per forward).",
+                "# TYPE sglang:spec_accept_length gauge",
+                f"sglang:spec_accept_length{{{base}}} {w['accept_length']}",
+                "# HELP sglang:spec_accept_rate Speculative acceptance rate "
+                "(`accepted drafts / proposed drafts` in batch).",
+                "# TYPE sglang:spec_accept_rate gauge",
+                f"sglang:spec_accept_rate{{{base}}} {w['accept_rate']}",
+            ]
+        return "\n".join(lines) + "\n"
+
+
+def _top(logprobs: list[float], n: int) -> list[list] | None:
+    if n <= 0:
+        return None
+    order = sorted(range(len(logprobs)), key=lambda v: -logprobs[v])[:n]
+    return [[logprobs[v], v, None] for v in order]
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _inputs(req: dict) -> tuple[list[list[int]], bool]:
+    """The request's prompts as token id lists, and whether it was a batch."""
+    if req.get("text") is not None:
+        text = req["text"]
+        if isinstance(text, list):
+            return [tokenize(t) for t in text], True
+        if isinstance(text, str):
+            return [tokenize(text)], False
+        raise BadRequest("text must be a string or a list of strings")
+    ids = req.get("input_ids")
+    if ids is None:
+        raise BadRequest("Either text, input_ids or input_embeds should be provided.")
+    if ids and isinstance(ids[0], list):
+        batch, is_batch = ids, True
+    else:
+        batch, is_batch = [ids], False
+    for one in batch:
+        if not all(isinstance(t, int) and 0 <= t < VOCAB_SIZE for t in one):
+            raise BadRequest(f"input_ids must be token ids in [0, {VOCAB_SIZE})")
+        if not one:
+            raise BadRequest("The input_ids is empty.")
+    return batch, is_batch
+
+
+def make_handler(state: ServerState):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+        sys_version = ""
+
+        def log_message(self, fmt, *args):  # one short line per request, on stderr
+            if not state.args.quiet:
+                sys.stderr.write(f"double: {self.address_string()} {fmt % args}\n")
+
+        def _send(self, status: int, body: bytes = b"", ctype: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, obj) -> None:
+            self._send(status, json.dumps(obj).encode())
+
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/health_generate"):
+                self._send(200 if state.healthy() else 503)
+            elif path in ("/server_info", "/get_server_info"):
+                self._json(200, state.server_info())
+            elif path in ("/model_info", "/get_model_info"):
+                self._json(200, state.model_info())
+            elif path in ("/metrics", "/metrics/") and not state.args.no_metrics:
+                self._send(200, state.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def do_POST(self):  # noqa: N802
+            path = self.path.split("?", 1)[0]
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if path != "/generate":
+                self._json(404, {"detail": "Not Found"})
+                return
+            try:
+                req = json.loads(raw or b"{}")
+                if not isinstance(req, dict):
+                    raise BadRequest("request body must be a JSON object")
+                batch, is_batch = _inputs(req)
+            except (ValueError, BadRequest) as exc:
+                self._json(400, {"error": {"message": str(exc)}})
+                return
+            if state.args.malformed:
+                self._json(200, {"text": "ok"})
+                return
+            results = [state.generate_one(req, ids) for ids in batch]
+            self._json(200, results if is_batch else results[0])
+
+        do_PUT = do_POST
+
+    return Handler
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="sglang_server.py",
+        description="Test double of SGLang 0.5.19's HTTP API (a deterministic toy model; never ships). "
+        "Misbehaviour knobs below are off by default: a default run is a clean speculative server.",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--model-path", default="Qwen/Qwen3-Next-80B-A3B-Instruct",
+                   help="reported as model_path (the smoke thresholds match on it)")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--algorithm", default="DFLASH",
+                   help="speculative_algorithm to report; NONE serves without speculation (a reference server)")
+    p.add_argument("--accept-length", type=float, default=3.0,
+                   help="mean accept length per verify (bonus token included); each prompt varies it +-20%%")
+    p.add_argument("--draft-tokens", type=int, default=16, help="speculative_num_draft_tokens (verify window)")
+    p.add_argument("--wrong-token-at", type=int, default=None, metavar="K",
+                   help="emit a non-argmax token at output position K (0-based) of every request (lossy verify)")
+    p.add_argument("--tie-at", type=int, default=None, metavar="K",
+                   help="make output position K a near-tie (1e-5) and emit the runner-up there")
+    p.add_argument("--unhealthy", action="store_true", help="/health and /health_generate always answer 503")
+    p.add_argument("--health-file", default=None, metavar="PATH",
+                   help="/health answers 503 while PATH exists (flip health at run time)")
+    p.add_argument("--start-delay", type=float, default=0.0, metavar="S",
+                   help="/health answers 503 for the first S seconds (a slow start)")
+    p.add_argument("--malformed", action="store_true", help="/generate answers 200 without output_ids/meta_info")
+    p.add_argument("--no-metrics", action="store_true", help="serve no /metrics (as without --enable-metrics)")
+    p.add_argument("--step-ms", type=float, default=0.0,
+                   help="sleep per forward pass (one per verify, or per token without speculation)")
+    p.add_argument("--quiet", action="store_true", help="no per-request log lines")
+    args = p.parse_args(argv)
+    if args.draft_tokens < 2:
+        p.error("--draft-tokens must be at least 2")
+    return args
+
+
+def serve(args: argparse.Namespace) -> ThreadingHTTPServer:
+    """Bind and return the server (the caller runs serve_forever); port 0 picks a free port."""
+    state = ServerState(args)
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(state))
+    httpd.daemon_threads = True
+    args.port = httpd.server_address[1]
+    return httpd
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    httpd = serve(args)
+
+    def stop(signum, _frame):
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    sys.stderr.write(f"double: serving on http://{args.host}:{args.port} pid {os.getpid()}\n")
+    sys.stderr.write("The server is fired up and ready to roll!\n")
+    sys.stderr.flush()
+    httpd.serve_forever()
+    httpd.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
