@@ -1,0 +1,154 @@
+"""Real Ansible over SSH into three test nodes, each with its own Docker daemon, rolling out the
+stand-in server image (tests/deploy/standin_image.py) with deploy/playbooks.
+
+The tests run in file order and build on each other (one fleet per session): a clean rollout, a rerun
+that changes nothing, a preflight failure that stops before any restart, a node whose new container is
+unhealthy (rolled back, no later batch touched), an on-demand rollback, an image ID mismatch after
+loading a tarball, and the status report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.deploy.fleet import A100, H100
+from tests.deploy.runner import ansible_playbook, write_inventory
+
+pytestmark = pytest.mark.slow
+
+SERVICE = "sglang-test"
+
+
+def _switch_order(output: str) -> list[str]:
+    """Hosts in the order the rollout switched them (from the role's report line)."""
+    return re.findall(r"(node\d): switching ", output)
+
+
+def _running(fleet) -> dict[str, dict]:
+    return {node.name: node.containers().get(SERVICE) for node in fleet.nodes}
+
+
+def test_clean_rollout_canary_first(fleet, saved_images, tmp_path):
+    v1 = saved_images["v1"]
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v1)
+    result = ansible_playbook(fleet, "deploy.yml", inventory)
+    assert result.rc == 0, result.output[-4000:]
+    # canary of one, then batches of 25% (one node each with three nodes), in inventory order
+    assert _switch_order(result.output) == ["node1", "node2", "node3"]
+    assert result.output.count("PLAY [Roll out]") == 3
+    for node in fleet.nodes:
+        container = node.containers()[SERVICE]
+        assert container["running"] and container["image"] == v1.image_id
+        state = node.state(SERVICE)
+        assert state["current"]["image_id"] == v1.image_id
+        assert "--enable-linear-replayssm-spec" in state["current"]["argv"]
+        assert state["current"]["argv"][:3] == ["python3", "-m", "sglang.launch_server"]
+        assert state["previous"] is None
+    started = [fleet.nodes[i].containers()[SERVICE]["started"] for i in range(3)]
+    assert started == sorted(started)
+
+
+def test_rerun_changes_nothing(fleet, saved_images, tmp_path):
+    before = _running(fleet)
+    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v1"])
+    result = ansible_playbook(fleet, "deploy.yml", inventory)
+    assert result.rc == 0, result.output[-4000:]
+    assert {host: counts["changed"] for host, counts in result.recap.items()} == {
+        "node1": 0, "node2": 0, "node3": 0}
+    assert "up to date, nothing to do" in result.output
+    assert _running(fleet) == before
+
+
+def test_preflight_wrong_gpu_stops_before_any_restart(fleet, saved_images, tmp_path):
+    before = _running(fleet)
+    fleet.nodes[1].set_gpus(A100, A100)
+    try:
+        inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"])
+        result = ansible_playbook(fleet, "deploy.yml", inventory)
+    finally:
+        fleet.nodes[1].set_gpus(H100, H100)
+    assert result.rc != 0
+    assert "node2: this node has NVIDIA A100-SXM4-80GB" in result.output
+    assert "compute capability 9.0" in result.output
+    assert "PLAY [Distribute the image]" not in result.output
+    assert "PLAY [Roll out]" not in result.output
+    assert _running(fleet) == before
+    for node in fleet.nodes:  # nothing was even distributed
+        assert node.dockerd.docker("image", "inspect", saved_images["v2"].image_id, check=False).returncode != 0
+
+
+def test_unhealthy_new_container_is_rolled_back_and_stops_the_rollout(fleet, saved_images, tmp_path):
+    v1, v2 = saved_images["v1"], saved_images["v2"]
+    before = _running(fleet)
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, host_overrides={
+        "node2": {"sglang_extra_args": ["--unhealthy"]}}, sglang_health_retries=4)
+    result = ansible_playbook(fleet, "deploy.yml", inventory)
+    assert result.rc != 0
+    assert _switch_order(result.output) == ["node1", "node2"]
+    assert "node2: the new container failed" in result.output
+    assert "Restored the previous container (image " + v1.image_id + "), healthy again." in result.output
+    after = _running(fleet)
+    # the canary took v2
+    assert after["node1"]["image"] == v2.image_id and after["node1"]["running"]
+    # node2 runs its old container again: same container, v1, healthy; its state file still says v1
+    assert after["node2"]["id"] == before["node2"]["id"] and after["node2"]["image"] == v1.image_id
+    assert after["node2"]["running"]
+    assert fleet.nodes[1].state(SERVICE)["current"]["image_id"] == v1.image_id
+    assert "sglang-test-previous" not in fleet.nodes[1].containers()
+    # node3 (the next batch) was never touched
+    assert after["node3"] == before["node3"]
+    assert "node3" not in result.recap or result.recap["node3"]["changed"] == 0
+
+
+def test_rollback_brings_back_the_previous_container(fleet, saved_images, tmp_path):
+    v1, v2 = saved_images["v1"], saved_images["v2"]
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2)
+    result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node1")
+    assert result.rc == 0, result.output[-4000:]
+    containers = fleet.nodes[0].containers()
+    assert containers[SERVICE]["image"] == v1.image_id and containers[SERVICE]["running"]
+    assert containers[SERVICE + "-previous"]["image"] == v2.image_id
+    assert not containers[SERVICE + "-previous"]["running"]
+    state = fleet.nodes[0].state(SERVICE)
+    assert state["current"]["image_id"] == v1.image_id and state["previous"]["image_id"] == v2.image_id
+
+    # a node that was never switched has nothing to roll back to: a clear refusal, nothing changed
+    before = fleet.nodes[2].containers()
+    result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node3")
+    assert result.rc != 0
+    assert "node3: no sglang-test-previous container to roll back to" in result.output
+    assert fleet.nodes[2].containers() == before
+
+
+def test_tarball_with_wrong_image_id_is_refused(fleet, saved_images, tmp_path):
+    v2 = saved_images["v2"]
+    before = _running(fleet)
+    wrong_id = "sha256:" + "0" * 64
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, sglang_image_id=wrong_id)
+    result = ansible_playbook(fleet, "deploy.yml", inventory, "--limit", "node3")
+    assert result.rc != 0
+    assert f"loaded as {v2.image_id}, not the expected {wrong_id}; refused" in result.output
+    assert "PLAY [Roll out]" not in result.output
+    assert _running(fleet) == before
+    # the wrongly loaded image was removed again, and the staged tarball too
+    assert fleet.nodes[2].dockerd.docker("image", "inspect", v2.image_id, check=False).returncode != 0
+    assert not list((fleet.nodes[2].root / "stage").glob("*.tar"))
+
+
+def test_status_reports_every_node(fleet, saved_images, tmp_path):
+    v1 = saved_images["v1"]
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v1)
+    report = tmp_path / "status.json"
+    result = ansible_playbook(fleet, "status.yml", inventory, "-e", f"sglang_status_json={report}")
+    assert result.rc == 0, result.output[-4000:]
+    assert re.search(r"HOST\s+SERVICE\s+PORT\s+RUNNING\s+HEALTHY", result.output)
+    rows = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}
+    assert set(rows) == {"node1", "node2", "node3"}
+    for row in rows.values():
+        assert row["running"] and row["healthy"] and row["image_id"] == v1.image_id
+        assert row["matches_state"]
+    assert rows["node1"]["previous_image_id"] == saved_images["v2"].image_id
+    assert rows["node3"]["previous_image_id"] == ""
