@@ -42,6 +42,8 @@ COMMON_VARS = {
     "sglang_service_stop_timeout": 5,
     "sglang_smoke_mode": "generate",
     "sglang_preflight_min_free_gb": 1,
+    # CI containers lack CAP_SYS_RESOURCE, so memlock=-1 (the production default) cannot be set here
+    "sglang_ulimits": ["stack:67108864:67108864"],
 }
 
 
