@@ -58,11 +58,13 @@ class Result:
 
 
 def write_inventory(fleet: Fleet, path: Path, image, host_overrides: dict | None = None,
-                    **overrides) -> Path:
-    """An inventory of every fleet node for `image` (a SavedImage); overrides per host and for all."""
+                    extra_hosts: dict | None = None, **overrides) -> Path:
+    """An inventory of every fleet node for `image` (a SavedImage); overrides per host and for all,
+    and `extra_hosts` (name -> vars) that are not fleet nodes."""
     hosts = {}
     for node in fleet.nodes:
         hosts[node.name] = {**node.inventory_vars(), **(host_overrides or {}).get(node.name, {})}
+    hosts.update(extra_hosts or {})
     group_vars = {**COMMON_VARS, "ansible_ssh_private_key_file": str(fleet.key),
                   "sglang_image": image.ref, "sglang_image_tarball": str(image.tarball),
                   "sglang_image_id": image.image_id, **overrides}

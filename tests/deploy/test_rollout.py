@@ -80,6 +80,31 @@ def test_preflight_wrong_gpu_stops_before_any_restart(fleet, saved_images, tmp_p
         assert node.dockerd.docker("image", "inspect", saved_images["v2"].image_id, check=False).returncode != 0
 
 
+BAD_NODES = {
+    "wrong python": ({"node3": {"ansible_python_interpreter": "/usr/bin/python2.7"}}, {},
+                     "node3: /usr/bin/python2.7 is missing or broken"),
+    "port in use": ({"node3": {"sglang_container_name": "other-service"}}, {},
+                    "node3: port 30000 is in use by something other than the other-service container"),
+    "unreachable": ({}, {"ghost": {"ansible_host": "GHOST"}}, "UNREACHABLE"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NODES))
+def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
+    host_overrides, extra_hosts, message = BAD_NODES[case]
+    for host in extra_hosts.values():  # an address on the test bridge that no node has
+        host["ansible_host"] = fleet.nodes[0].address.rsplit(".", 1)[0] + ".99"
+        host.update({k: v for k, v in fleet.nodes[0].inventory_vars().items() if k != "ansible_host"})
+    before = _running(fleet)
+    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"], host_overrides=host_overrides,
+                                extra_hosts=extra_hosts)
+    result = ansible_playbook(fleet, "deploy.yml", inventory, "-e", "ansible_ssh_timeout=3")
+    assert result.rc != 0
+    assert " ".join(message.split()) in " ".join(result.output.split()), result.output[-3000:]
+    assert "PLAY [Distribute the image]" not in result.output
+    assert _running(fleet) == before
+
+
 def test_unhealthy_new_container_is_rolled_back_and_stops_the_rollout(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     before = _running(fleet)
@@ -121,6 +146,22 @@ def test_rollback_brings_back_the_previous_container(fleet, saved_images, tmp_pa
     assert result.rc != 0
     assert "node3: no sglang-test-previous container to roll back to" in result.output
     assert fleet.nodes[2].containers() == before
+
+
+def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet, saved_images, tmp_path):
+    v1, v2 = saved_images["v1"], saved_images["v2"]
+    before = fleet.nodes[0].containers()
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, sglang_smoke_mode="command",
+                                sglang_smoke_command="/bin/false --target {url}")
+    result = ansible_playbook(fleet, "rollout.yml", inventory, "--limit", "node1")
+    assert result.rc != 0
+    assert "node1: the new container failed (Run the smoke command against the server" in result.output
+    after = fleet.nodes[0].containers()
+    assert after[SERVICE]["id"] == before[SERVICE]["id"] and after[SERVICE]["running"]
+    assert after[SERVICE]["image"] == v1.image_id
+    # the rollback target from before the failed attempt is still there, and nothing else is left over
+    assert after[SERVICE + "-previous"]["id"] == before[SERVICE + "-previous"]["id"]
+    assert set(after) == {SERVICE, SERVICE + "-previous"}
 
 
 def test_tarball_with_wrong_image_id_is_refused(fleet, saved_images, tmp_path):
