@@ -98,6 +98,18 @@ def test_bad_inventory_is_refused_before_any_node_is_contacted(case, tmp_path):
     assert "PLAY [Preflight, level 2 - nodes]" not in proc.stdout
 
 
+def test_driver_floor_comes_from_the_base_lock(tmp_path):
+    lock = tmp_path / "base.lock"
+    lock.write_text("# a lock in docker/base.lock's format\nCUDA_LANE=cu777\nDRIVER_FLOOR_cu777=999.1.2\n")
+    inventory = tmp_path / "inv.json"
+    inventory.write_text(json.dumps({"sglang_nodes": {"hosts": {"gpu01": {**GOOD, "sglang_image_cuda_lane": "cu777"}}}}))
+    proc = _playbook(inventory, "preflight.yml", "--tags", "static", "-e", f"sglang_preflight_base_lock={lock}",
+                     "-e", "sglang_hosts=gpu01")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    proc = _playbook(inventory, "preflight.yml", "--tags", "static")  # without the lock: unknown lane
+    assert proc.returncode != 0 and "unknown sglang_image_cuda_lane 'cu777'" in proc.stdout
+
+
 def _filters():
     path = DEPLOY / "roles" / "sglang" / "filter_plugins" / "sglang_filters.py"
     spec = importlib.util.spec_from_file_location("sglang_filters", path)
