@@ -5,7 +5,7 @@ helper's cached debootstrap rootfs, `tests/docker/standin.py`) with the test dou
 (`tests/doubles/sglang_server.py`) installed as a module named `sglang.launch_server`: the role's
 production command line, `python3 -m sglang.launch_server --model-path ... --host ... --port ...`,
 runs unchanged. Two versions with different image IDs (v1, v2) let the tests roll forward and back.
-Each is saved like `make save` does: tarball, `.sha256`, and a file with the image ID.
+Each is saved like `make save` does: `<name>_<tag>.tar.gz`, its `.sha256`, and `<name>_<tag>.image-id`.
 
 Nothing here ships; it lives under tests/.
 """
@@ -13,12 +13,13 @@ Nothing here ships; it lives under tests/.
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.docker import standin
-from tests.infra.dockerd import start_dockerd
+from tests.infra.dockerd import DOCKER_CLIENT, start_dockerd
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "sglang_server.py"
@@ -88,12 +89,16 @@ def build_saved_images(out_dir: Path) -> dict[str, SavedImage]:
         v2 = f"{REPOSITORY}:v2"
         standin.derive(builder, v1, v2, {f"{APP_DIR}/VERSION": b"2\n"})
         for ref in (v1, v2):
-            tarball = out_dir / f"{ref.replace(':', '-')}.tar"
-            builder.docker("save", "-o", str(tarball), ref, timeout=600)
+            stem = ref.replace(":", "_")
+            tarball = out_dir / f"{stem}.tar.gz"
+            with tarball.open("wb") as out:  # `make save` writes gzip too
+                save = subprocess.Popen([DOCKER_CLIENT, "save", ref], stdout=subprocess.PIPE, env=builder.env())
+                subprocess.run(["gzip", "-1"], stdin=save.stdout, stdout=out, check=True)
+                if save.wait(timeout=600) != 0:
+                    raise RuntimeError(f"docker save {ref} failed")
             image_id = standin.image_id(builder, ref)
-            tarball.with_suffix(".tar.sha256").write_text(
-                f"{hashlib.sha256(tarball.read_bytes()).hexdigest()}  {tarball.name}\n")
-            tarball.with_suffix(".id").write_text(image_id + "\n")
+            Path(f"{tarball}.sha256").write_text(f"{hashlib.sha256(tarball.read_bytes()).hexdigest()}  {tarball.name}\n")
+            (out_dir / f"{stem}.image-id").write_text(image_id + "\n")
             images[ref.split(":")[1]] = SavedImage(ref=ref, tarball=tarball, image_id=image_id)
         return images
     finally:

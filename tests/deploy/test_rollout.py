@@ -176,7 +176,7 @@ def test_tarball_with_wrong_image_id_is_refused(fleet, saved_images, tmp_path):
     assert _running(fleet) == before
     # the wrongly loaded image was removed again, and the staged tarball too
     assert fleet.nodes[2].dockerd.docker("image", "inspect", v2.image_id, check=False).returncode != 0
-    assert not list((fleet.nodes[2].root / "stage").glob("*.tar"))
+    assert not list((fleet.nodes[2].root / "stage").glob("*.tar*"))
 
 
 def test_status_reports_every_node(fleet, saved_images, tmp_path):
