@@ -84,6 +84,8 @@ def ansible_playbook(fleet: Fleet, playbook: str, inventory: Path, *args: str, t
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
         "ANSIBLE_LOCAL_TEMP": str(fleet.root / "ansible-local"),
         "PATH": f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+        # the smoke gate runs this tree's smoke suite on the controller
+        "PYTHONPATH": os.pathsep.join([str(REPO / "smoke_tests"), str(REPO / "overlay"), str(REPO)]),
     })
     cmd = fleet.netns_cmd(str(BIN / "ansible-playbook"), "-i", str(inventory),
                           str(DEPLOY / "playbooks" / playbook), *args)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -33,9 +34,17 @@ def _running(fleet) -> dict[str, dict]:
 
 def test_clean_rollout_canary_first(fleet, saved_images, tmp_path):
     v1 = saved_images["v1"]
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v1)
+    # the smoke gate is the real smoke suite (smoke_tests/, `replayssm-smoke`) against each new server
+    reports = tmp_path / "smoke-report"
+    inventory = write_inventory(
+        fleet, tmp_path / "inv.json", v1, sglang_smoke_mode="command",
+        sglang_smoke_command=f"{sys.executable} -m replayssm_smoke.cli --target {{url}} --out {{out}} --quiet",
+        sglang_smoke_report_dir=f"{reports}/{{{{ inventory_hostname }}}}")
     result = ansible_playbook(fleet, "deploy.yml", inventory)
     assert result.rc == 0, result.output[-4000:]
+    for node in fleet.nodes:
+        report = json.loads((reports / node.name / "report.json").read_text())
+        assert report["passed"] and report["target"]["url"] == f"http://{node.address}:30000"
     # canary of one, then batches of 25% (one node each with three nodes), in inventory order
     assert _switch_order(result.output) == ["node1", "node2", "node3"]
     assert result.output.count("PLAY [Roll out]") == 3
