@@ -30,7 +30,9 @@ from tests.infra.dockerd import Dockerd, start_dockerd
 SSHD = "/usr/sbin/sshd"
 SSH_READY_TIMEOUT_S = 20.0
 H100 = "NVIDIA H100 80GB HBM3, 9.0, 580.65.06"
+H200 = "NVIDIA H200, 9.0, 580.159.04"  # what the project's H200 device printed (2026-11-30)
 A100 = "NVIDIA A100-SXM4-80GB, 8.0, 580.65.06"
+H100_OLD_DRIVER = "NVIDIA H100 80GB HBM3, 9.0, 575.51.03"
 
 
 def run(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -187,7 +189,7 @@ def _make_node(fleet: Fleet, node: Node, index: int) -> None:
 
     for sub in ("bin", "models/target", "models/draft", "state", "ssh"):
         (node.root / sub).mkdir(parents=True, exist_ok=True)
-    node.set_gpus(H100, H100)
+    node.set_gpus(*([H200, H200] if index == 2 else [H100, H100]))
     ctk = node.bin_dir / "nvidia-ctk"
     ctk.write_text("#!/bin/sh\necho 'NVIDIA Container Toolkit CLI version 1.17.8 (fake, tests/deploy)'\n")
     ctk.chmod(0o755)

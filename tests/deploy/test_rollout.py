@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.deploy.fleet import A100, H100
+from tests.deploy.fleet import A100, H100, H100_OLD_DRIVER, H200
 from tests.deploy.runner import ansible_playbook, write_inventory
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def test_preflight_wrong_gpu_stops_before_any_restart(fleet, saved_images, tmp_p
         inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"])
         result = ansible_playbook(fleet, "deploy.yml", inventory)
     finally:
-        fleet.nodes[1].set_gpus(H100, H100)
+        fleet.nodes[1].set_gpus(H200, H200)
     assert result.rc != 0
     assert "node2: this node has NVIDIA A100-SXM4-80GB" in result.output
     assert "compute capability 9.0" in result.output
@@ -89,25 +89,33 @@ def test_preflight_wrong_gpu_stops_before_any_restart(fleet, saved_images, tmp_p
         assert node.dockerd.docker("image", "inspect", saved_images["v2"].image_id, check=False).returncode != 0
 
 
-BAD_NODES = {
-    "wrong python": ({"node3": {"ansible_python_interpreter": "/usr/bin/python2.7"}}, {},
+BAD_NODES = {  # inventory overrides, extra hosts, node3's GPUs, message
+    "wrong python": ({"node3": {"ansible_python_interpreter": "/usr/bin/python2.7"}}, {}, None,
                      "node3: /usr/bin/python2.7 is missing or broken"),
-    "port in use": ({"node3": {"sglang_container_name": "other-service"}}, {},
+    "port in use": ({"node3": {"sglang_container_name": "other-service"}}, {}, None,
                     "node3: port 30000 is in use by something other than the other-service container"),
-    "unreachable": ({}, {"ghost": {"ansible_host": "GHOST"}}, "UNREACHABLE"),
+    "unreachable": ({}, {"ghost": {"ansible_host": "GHOST"}}, None, "UNREACHABLE"),
+    "old driver": ({}, {}, [H100_OLD_DRIVER, H100_OLD_DRIVER], "node3: NVIDIA driver 575.51.03 is below 580.65.06, the minimum for the "
+                   "image's cu130 lane"),
+    "too few GPUs": ({"node3": {"sglang_tp_size": 4}}, {}, None, "node3: sglang_tp_size is 4 but this node has 2 GPUs"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_NODES))
 def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
-    host_overrides, extra_hosts, message = BAD_NODES[case]
+    host_overrides, extra_hosts, gpus, message = BAD_NODES[case]
+    if gpus:
+        fleet.nodes[2].set_gpus(*gpus)
     for host in extra_hosts.values():  # an address on the test bridge that no node has
         host["ansible_host"] = fleet.nodes[0].address.rsplit(".", 1)[0] + ".99"
         host.update({k: v for k, v in fleet.nodes[0].inventory_vars().items() if k != "ansible_host"})
     before = _running(fleet)
     inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"], host_overrides=host_overrides,
                                 extra_hosts=extra_hosts)
-    result = ansible_playbook(fleet, "deploy.yml", inventory, "-e", "ansible_ssh_timeout=3")
+    try:
+        result = ansible_playbook(fleet, "deploy.yml", inventory, "-e", "ansible_ssh_timeout=3")
+    finally:
+        fleet.nodes[2].set_gpus(H100, H100)
     assert result.rc != 0
     assert " ".join(message.split()) in " ".join(result.output.split()), result.output[-3000:]
     assert "PLAY [Distribute the image]" not in result.output
@@ -202,3 +210,19 @@ def test_status_reports_every_node(fleet, saved_images, tmp_path):
         assert row["matches_state"]
     assert rows["node1"]["previous_image_id"] == saved_images["v2"].image_id
     assert rows["node3"]["previous_image_id"] == ""
+
+
+def test_deploy_smoke_checks_every_node_and_fails_on_a_broken_one(fleet, saved_images, tmp_path):
+    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v1"], sglang_health_retries=2)
+    before = _running(fleet)
+    result = ansible_playbook(fleet, "smoke.yml", inventory)
+    assert result.rc == 0, result.output[-4000:]
+    assert {host: counts["failed"] for host, counts in result.recap.items()} == {"node1": 0, "node2": 0, "node3": 0}
+    fleet.nodes[2].dockerd.docker("stop", "-t", "1", SERVICE)
+    try:
+        result = ansible_playbook(fleet, "smoke.yml", inventory)
+    finally:
+        fleet.nodes[2].dockerd.docker("start", SERVICE)
+    assert result.rc != 0
+    assert result.recap["node3"]["failed"] == 1 and result.recap["node1"]["failed"] == 0
+    assert _running(fleet)["node1"] == before["node1"]
