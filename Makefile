@@ -4,6 +4,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
 
+include overlay/patcher.mk
+include smoke_tests/smoke.mk
+include overlay/aot.mk
+include harness/harness.mk
+
 .PHONY: help setup demo test
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'

@@ -1,10 +1,18 @@
-"""Shared test setup: import this tree's packages first, and skip GPU tests where no GPU is present.
+"""Shared test setup: import this tree's packages first, run Triton kernels under its interpreter where
+no GPU is present, and skip GPU tests there.
 
-GPU tests are marked `gpu`; where torch sees no CUDA device they are skipped (never faked).
+GPU tests are marked `gpu`; where torch sees no CUDA device they are skipped (never faked). The
+interpreter must be chosen before anything imports Triton, so it is set here, at the very start of the
+session, rather than by whichever test folder happens to be collected first.
 """
 
+import os
 import pathlib
+import shutil
 import sys
+
+if not shutil.which("nvidia-smi"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 for sub in ("smoke_tests", "overlay", "."):

@@ -14,9 +14,11 @@ import json
 import sys
 import time
 
-from . import __version__, acceptance, exactness, golden, metrics, report, runner, server, thresholds
+from . import __version__, acceptance, exactness, gates, golden, metrics, report, runner, server, thresholds
 from .errors import SmokeEnvironmentError
 from .prompts import load_prompts
+
+DEFAULT_TIE_MARGIN = 1e-3
 
 EPILOG = """\
 examples:
@@ -54,9 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="smoke-report", metavar="DIR",
                    help="where report.json, junit.xml and accept_length.svg go (default ./smoke-report)")
     p.add_argument("--json", action="store_true", help="print report.json on stdout instead of the table")
-    p.add_argument("--tie-margin", type=float, default=1e-3,
-                   help="logprob gap under which a non-argmax token counts as a tie, not a failure (default 1e-3)")
+    p.add_argument("--tie-margin", type=float, default=None,
+                   help="logprob gap under which a non-argmax token counts as a tie, not a failure "
+                        f"(default: the thresholds profile's tie_margin, else {DEFAULT_TIE_MARGIN:g})")
     p.add_argument("--top-logprobs", type=int, default=5, help="top-k logprobs asked for when re-scoring (>= 2)")
+    p.add_argument("--require-replayssm", action="store_true",
+                   help="error (exit 2) unless the target runs with --enable-linear-replayssm-spec")
     p.add_argument("--strict-parity", action="store_true", help="fail parity on any divergence, ties included")
     p.add_argument("--concurrency", type=int, default=1,
                    help="requests in flight (default 1: single-stream speed, batch-invariant parity)")
@@ -73,7 +78,7 @@ def _validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--top-logprobs must be at least 2")
     if args.concurrency < 1 or args.concurrency > 64:
         p.error("--concurrency must be in [1, 64]")
-    if args.timeout <= 0 or args.deadline <= 0 or args.wait < 0 or args.tie_margin < 0:
+    if args.timeout <= 0 or args.deadline <= 0 or args.wait < 0 or (args.tie_margin or 0) < 0:
         p.error("--timeout and --deadline must be positive, --wait and --tie-margin not negative")
     if not 2 <= args.max_new_tokens <= 4096:
         p.error("--max-new-tokens must be in [2, 4096]")
@@ -94,111 +99,137 @@ def _p50(values: list) -> float | None:
     return acceptance.percentile(values, 50) if values else None
 
 
-def _gate(name: str, passed: bool | None, detail: str) -> dict:
-    return {"name": name, "passed": passed, "detail": detail}
+def _load_prompts(args):
+    classes = [c for c in args.classes.split(",") if c] if args.classes else None
+    return load_prompts(args.prompts, args.add_prompts, args.max_new_tokens, classes)
 
 
-def _record(args, progress: Progress, prompts, deadline) -> dict:
-    url = server.normalize_url(args.target)
+def _connect(url: str, args, progress: Progress) -> server.ServerInfo:
+    url = server.normalize_url(url)
     server.wait_healthy(url, args.wait, args.timeout, progress)
-    info = server.probe(url, args.timeout)
-    progress(f"recording {len(prompts)} prompts from {url} ({info.model_path}, "
+    return server.probe(url, args.timeout)
+
+
+def _generate_all(url: str, prompts, args, deadline, progress: Progress, label: str) -> list[runner.Generation]:
+    return runner.run_all(prompts, lambda pr: runner.generate(url, pr, deadline), args.concurrency, progress, label)
+
+
+def _notes(args, info: server.ServerInfo) -> list[str]:
+    notes = []
+    if not info.replayssm_spec:
+        notes.append("the target does not report enable_linear_replayssm_spec: this checks speculation without "
+                     "ReplaySSM spec-verify (--require-replayssm makes that an error)")
+    if args.concurrency > 1:
+        notes.append(f"concurrency {args.concurrency}: tokens/s is not single-stream, and batching can move "
+                     "argmax ties (parity is exact only one request at a time or with --enable-deterministic-inference)")
+    return notes
+
+
+def _side_notes(side: str, other: dict, info: server.ServerInfo) -> list[str]:
+    notes = []
+    if other.get("speculative_algorithm"):
+        notes.append(f"the {side} ran with speculation ({other['speculative_algorithm']}): parity then compares "
+                     "two speculative runs, not speculative against plain decoding")
+    if other.get("model_path") and other["model_path"] != info.model_path:
+        notes.append(f"the {side} served {other['model_path']}, the target {info.model_path}")
+    return notes
+
+
+def record(args, progress: Progress) -> dict:
+    """--record: the target's greedy outputs to a golden file (speculation not required)."""
+    prompts = _load_prompts(args)
+    info = _connect(args.target, args, progress)
+    progress(f"recording {len(prompts)} prompts from {info.url} ({info.model_path}, "
              f"speculation {info.speculative_algorithm or 'off'})")
-    gens = runner.run_all(prompts, lambda pr: runner.generate(url, pr, deadline), args.concurrency, progress, "generate")
+    gens = _generate_all(info.url, prompts, args, runner.Deadline(args.deadline, args.timeout), progress, "generate")
     golden.write(args.record, info.summary(), gens)
     return {"recorded": args.record, "prompts": len(gens), "server": info.summary()}
 
 
 def run(args, progress: Progress) -> dict:
-    """The whole check; returns report.json's content (raises SmokeEnvironmentError for exit 2)."""
-    prompts = load_prompts(args.prompts, args.add_prompts, args.max_new_tokens,
-                           [c for c in args.classes.split(",") if c] if args.classes else None)
+    """The whole check; returns report.json's content (raises SmokeEnvironmentError for exit 2).
+
+    Everything that can be refused (files, servers, golden recording) is checked before the first
+    generation request.
+    """
+    prompts = _load_prompts(args)
     th_source, profiles = thresholds.load_profiles(args.thresholds)
     deadline = runner.Deadline(args.deadline, args.timeout)
-
-    url = server.normalize_url(args.target)
-    server.wait_healthy(url, args.wait, args.timeout, progress)
-    info = server.probe(url, args.timeout)
+    info = _connect(args.target, args, progress)
+    url = info.url
     server.require_speculative(info)
+    if args.require_replayssm and not info.replayssm_spec:
+        raise SmokeEnvironmentError(f"{url} does not run ReplaySSM spec-verify (enable_linear_replayssm_spec is "
+                                    f"{info.replayssm_spec!r})", "start it with --enable-linear-replayssm-spec")
     profile = thresholds.select_profile(th_source, profiles, info.names, info.speculative_algorithm)
     profile = thresholds.check_classes(th_source, profile, {p.cls for p in prompts}, args.thresholds is not None)
     progress(f"target {url}: {info.model_path}, {info.speculative_algorithm} "
              f"(draft tokens {info.speculative_num_draft_tokens}), SGLang {info.version}; "
              f"thresholds profile {profile.name!r}; {len(prompts)} prompts")
 
-    ref_info, reference_outputs, against = None, None, None
+    notes = _notes(args, info)
+    ref_info, reference_outputs, golden_info = None, None, None
     if args.reference:
-        ref_url = server.normalize_url(args.reference)
-        server.wait_healthy(ref_url, args.wait, args.timeout, progress)
-        ref_info = server.probe(ref_url, args.timeout)
-        against = "reference"
+        ref_info = _connect(args.reference, args, progress)
+        notes += _side_notes("reference", ref_info.summary(), info)
     elif args.golden:
         golden_server, reference_outputs = golden.load(args.golden, prompts)
-        against = "golden"
+        golden_info = {"path": args.golden, "server": golden_server}
+        notes += _side_notes("golden file", golden_server, info)
 
     before = metrics.snapshot(url, args.timeout)
-    gens = runner.run_all(prompts, lambda pr: runner.generate(url, pr, deadline), args.concurrency, progress, "generate")
+    gens = _generate_all(url, prompts, args, deadline, progress, "generate")
     after = metrics.snapshot(url, args.timeout) if before is not None else None
-    info_after = server.probe(url, args.timeout)
-
     rows, per_class = acceptance.aggregate(gens, url)
     overall = acceptance.summarize(rows)
     acc = {cls: acceptance.gate(cls, stats, profile.acceptance.get(cls)) for cls, stats in per_class.items()}
     cross = metrics.cross_check(before, after, overall["token_weighted_accept_length"], profile.metrics_max_relative_diff)
-    cross["server_info_avg_spec_accept_length"] = info_after.avg_spec_accept_length()
+    cross["server_info_avg_spec_accept_length"] = server.probe(url, args.timeout).avg_spec_accept_length()
 
-    tfs = runner.run_all(gens, lambda g: exactness.teacher_force(url, g, args.top_logprobs, args.tie_margin, deadline),
+    if args.tie_margin is not None:
+        tie_margin, tie_source = args.tie_margin, "--tie-margin"
+    elif profile.tie_margin is not None:
+        tie_margin, tie_source = profile.tie_margin, f"profile {profile.name}"
+    else:
+        tie_margin, tie_source = DEFAULT_TIE_MARGIN, "default"
+    tfs = runner.run_all(gens, lambda g: exactness.teacher_force(url, g, args.top_logprobs, tie_margin, deadline),
                          args.concurrency, progress, "teacher-force")
-    tf_by_id = {t.prompt_id: t for t in tfs}
-    tf_summary = exactness.teacher_forced_summary(tfs, args.tie_margin, args.top_logprobs)
+    tf_summary = exactness.teacher_forced_summary(tfs, tie_margin, args.top_logprobs)
 
-    ref_gens = []
-    if ref_info is not None:
-        ref_gens = runner.run_all(prompts, lambda pr: runner.generate(ref_info.url, pr, deadline),
-                                  args.concurrency, progress, "reference")
+    ref_gens = _generate_all(ref_info.url, prompts, args, deadline, progress, "reference") if ref_info else []
+    if ref_gens:
         reference_outputs = {g.prompt.id: (g.prompt_ids, g.output_ids) for g in ref_gens}
     if reference_outputs is not None:
-        par = exactness.parity(gens, tf_by_id, reference_outputs, against, args.tie_margin, args.strict_parity)
+        par = exactness.parity(gens, {t.prompt_id: t for t in tfs}, reference_outputs,
+                               "reference" if ref_info else "golden", tie_margin, args.strict_parity)
     else:
         par = {"passed": None, "skipped": "no --reference or --golden given", "first_divergence": {}}
 
-    target_tps = _p50([g.tokens_per_s for g in gens])
-    ref_tps = _p50([g.tokens_per_s for g in ref_gens])
-    gates = []
-    for cls in sorted(acc):
-        s = acc[cls]
-        detail = "; ".join(s["failures"]) if s["failures"] else (
-            f"mean {s['mean_accept_length']:.3f} over {s['requests']} requests" if s["passed"] else "no threshold for this class")
-        gates.append(_gate(f"acceptance.{cls}", s["passed"], detail))
-    gates.append(_gate("acceptance.metrics_cross_check", cross["passed"], cross["note"] or (
-        f"relative diff {cross['relative_diff']:.4f} (max {cross['max_relative_diff']})"
-        if cross["relative_diff"] is not None else "not gated")))
-    gates.append(_gate("exactness.teacher_forced", tf_summary["passed"],
-                       f"{len(tf_summary['violations'])} violation(s), {len(tf_summary['ties'])} tie(s) "
-                       f"in {tf_summary['checked_tokens']} tokens"))
-    gates.append(_gate("exactness.parity", par["passed"], par.get("skipped") or (
-        f"{par['prompts_matching']}/{par['prompts']} identical; failing: {', '.join(par['failing']) or 'none'}; "
-        f"diverged at a tie: {', '.join(par['diverged_at_tie']) or 'none'}")))
-    passed = all(g["passed"] is not False for g in gates)
+    target_tps, ref_tps = _p50([g.tokens_per_s for g in gens]), _p50([g.tokens_per_s for g in ref_gens])
+    verdict = gates.collect(acc, cross, tf_summary, par)
+    ok = gates.passed(verdict)
     return {
-        "passed": passed,
-        "exit_code": 0 if passed else 1,
+        "passed": ok,
+        "exit_code": 0 if ok else 1,
         "target": info.summary(),
         "reference": ref_info.summary() if ref_info else None,
-        "golden": {"path": args.golden, "server": golden_server} if args.golden else None,
+        "golden": golden_info,
         "thresholds": {"source": th_source, "profile": profile.name, "how_measured": profile.how_measured},
+        "notes": notes,
         "acceptance": acc,
         "acceptance_overall": overall,
         "metrics_cross_check": cross,
         "speed": {"concurrency": args.concurrency, "target_tokens_per_s_p50": target_tps,
                   "reference_tokens_per_s_p50": ref_tps,
                   "speedup": target_tps / ref_tps if target_tps and ref_tps else None},
-        "exactness": {"tie_margin": args.tie_margin, "teacher_forced": tf_summary, "parity": par},
-        "gates": gates,
+        "exactness": {"tie_margin": tie_margin, "tie_margin_source": tie_source, "teacher_forced": tf_summary,
+                      "parity": par},
+        "gates": verdict,
         "requests": [
             {"prompt_id": r.prompt_id, "class": r.cls, "completion_tokens": r.completion_tokens,
-             "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate}
-            for r in rows
+             "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate,
+             "tokens_per_s": g.tokens_per_s}
+            for r, g in zip(rows, gens)
         ],
     }
 
@@ -211,9 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if args.record:
         try:
-            prompts = load_prompts(args.prompts, args.add_prompts, args.max_new_tokens,
-                                   [c for c in args.classes.split(",") if c] if args.classes else None)
-            done = _record(args, progress, prompts, runner.Deadline(args.deadline, args.timeout))
+            done = record(args, progress)
         except SmokeEnvironmentError as exc:
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
             return exc.exit_code
@@ -221,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         body = run(args, progress)
+    except KeyboardInterrupt:
+        print("replayssm-smoke: interrupted, no report written", file=sys.stderr)
+        return 130
     except SmokeEnvironmentError as exc:
         body = {"passed": False, "exit_code": exc.exit_code, "error": {"what": exc.what, "fix": exc.fix},
                 "target": {"url": args.target}, "gates": []}

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import SmokeEnvironmentError
-from .runner import Deadline, Generation, malformed
+from .runner import Deadline, Generation, check_answer, malformed
 
 
 @dataclass
@@ -50,9 +50,8 @@ def teacher_force(url: str, gen: Generation, top_k: int, tie_margin: float, dead
         "top_logprobs_num": top_k,
     }
     answer = deadline.post_json(url + "/generate", payload)
-    meta = answer.get("meta_info") if isinstance(answer, dict) else None
-    tops = meta.get("input_top_logprobs") if isinstance(meta, dict) else None
-    toks = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
+    meta = check_answer(url, answer, gen.prompt.id)
+    tops, toks = meta.get("input_top_logprobs"), meta.get("input_token_logprobs")
     if not isinstance(tops, list) or not isinstance(toks, list) or len(tops) != len(out) + 1 or len(toks) != len(out) + 1:
         raise malformed(url, f"teacher-forced answer for {gen.prompt.id} lacks input_top_logprobs/"
                              f"input_token_logprobs of length {len(out) + 1}")

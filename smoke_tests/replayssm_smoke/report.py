@@ -38,6 +38,10 @@ def table(report: dict) -> str:
         if report["error"].get("fix"):
             lines.append(f"  fix: {report['error']['fix']}")
         return "\n".join(lines) + "\n"
+    th = report.get("thresholds") or {}
+    if th:
+        lines.append(f"thresholds: profile {th['profile']!r} from {th['source']} ({th['how_measured']})")
+    lines += [f"note: {n}" for n in report.get("notes") or []]
     acc = report.get("acceptance") or {}
     if acc:
         top = max([s.get("p90") or 0 for s in acc.values()] + [1.0])

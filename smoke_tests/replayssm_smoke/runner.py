@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import httpclient
 from .errors import SmokeEnvironmentError
@@ -51,7 +51,6 @@ class Generation:
     output_ids: list[int]
     meta: dict
     wall_s: float
-    extra: dict = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -61,6 +60,18 @@ class Generation:
 def malformed(url: str, what: str) -> SmokeEnvironmentError:
     return SmokeEnvironmentError(f"malformed /generate response from {url}: {what}",
                                  "is this SGLang 0.5.19's native /generate? check the server's version and logs")
+
+
+def check_answer(url: str, answer, prompt_id: str) -> dict:
+    """The answer's meta_info; an aborted request (finish_reason type "abort") is an environment error."""
+    meta = answer.get("meta_info") if isinstance(answer, dict) else None
+    if not isinstance(meta, dict):
+        raise malformed(url, f"the answer for {prompt_id} has no meta_info object")
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        raise SmokeEnvironmentError(f"{url} aborted the request for {prompt_id}: {reason.get('message')}",
+                                    "check the server log; the prompt may be too long for its context")
+    return meta
 
 
 def _token_list(value) -> bool:
@@ -79,8 +90,8 @@ def generate(url: str, prompt: Prompt, deadline: Deadline) -> Generation:
     wall = time.monotonic() - tic
     if not isinstance(out, dict):
         raise malformed(url, f"expected a JSON object, got {type(out).__name__}")
-    meta = out.get("meta_info")
-    if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
+    meta = check_answer(url, out, prompt.id)
+    if not isinstance(meta.get("completion_tokens"), int):
         raise malformed(url, "no meta_info.completion_tokens")
     if not _token_list(out.get("output_ids")):
         raise malformed(url, "no output_ids list")

@@ -74,7 +74,7 @@ def wait_healthy(url: str, wait_s: float, timeout: float, progress) -> None:
             raise SmokeEnvironmentError(f"{url}/health answered {status}: the server is not healthy",
                                         "wait for it to finish starting (--wait S) or check its logs")
         progress(f"waiting for {url}/health (answered {status or 'nothing'})")
-        time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
+        time.sleep(min(0.5, max(0.05, deadline - time.monotonic())))
 
 
 def probe(url: str, timeout: float) -> ServerInfo:

@@ -7,6 +7,7 @@ that silently checks nothing must not read as a pass.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,7 +19,7 @@ from .errors import SmokeEnvironmentError
 
 BUILTIN = "builtin:thresholds.yaml"
 CLASS_KEYS = {"min_mean_accept_length", "min_p10_accept_length"}
-PROFILE_KEYS = {"name", "match", "algorithms", "how_measured", "acceptance", "metrics_max_relative_diff"}
+PROFILE_KEYS = {"name", "match", "algorithms", "how_measured", "acceptance", "metrics_max_relative_diff", "tie_margin"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Profile:
     how_measured: str
     acceptance: dict[str, dict[str, float]] = field(default_factory=dict)
     metrics_max_relative_diff: float | None = None
+    tie_margin: float | None = None
 
     def matches(self, names: list[str], algorithm: str | None) -> bool:
         if self.algorithms is not None and (algorithm or "").upper() not in self.algorithms:
@@ -65,7 +67,7 @@ def _profile(source: str, index: int, raw) -> Profile:
             raise SmokeEnvironmentError(f"{where}: acceptance.{cls} must set some of {sorted(CLASS_KEYS)}",
                                         "e.g. code: {min_mean_accept_length: 2.0}")
         acceptance[str(cls)] = {k: _number(v, f"{where}: acceptance.{cls}.{k}") for k, v in gates.items()}
-    diff = raw.get("metrics_max_relative_diff")
+    diff, tie = raw.get("metrics_max_relative_diff"), raw.get("tie_margin")
     return Profile(
         name=str(raw.get("name") or f"profiles[{index}]"),
         match=tuple(match),
@@ -73,6 +75,7 @@ def _profile(source: str, index: int, raw) -> Profile:
         how_measured=str(raw.get("how_measured") or "not stated"),
         acceptance=acceptance,
         metrics_max_relative_diff=None if diff is None else _number(diff, f"{where}: metrics_max_relative_diff"),
+        tie_margin=None if tie is None else _number(tie, f"{where}: tie_margin"),
     )
 
 
@@ -112,5 +115,4 @@ def check_classes(source: str, profile: Profile, prompt_classes: set[str], user_
             "add prompts of that class (--add-prompts) or remove those thresholds",
         )
     kept = {cls: gates for cls, gates in profile.acceptance.items() if cls in prompt_classes}
-    return Profile(profile.name, profile.match, profile.algorithms, profile.how_measured, kept,
-                   profile.metrics_max_relative_diff)
+    return dataclasses.replace(profile, acceptance=kept)

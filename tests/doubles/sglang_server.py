@@ -23,7 +23,10 @@ The "model" is a deterministic toy: a byte-level tokenizer (token id = UTF-8 byt
 logits that depend only on the last three tokens, with one clearly preferred next token, so greedy
 decoding and greedy parity are well defined. Decoding is always greedy (temperature is ignored).
 
-Knobs that make it misbehave on purpose are listed in `--help`. Two of them act on output position k
+Like SGLang it speculates only when started with `--speculative-algorithm` and serves /metrics only with
+`--enable-metrics`; it accepts (and ignores) the rest of SGLang's launch flags, so a container can run it
+with the stock `python3 -m sglang.launch_server ...` command line. Knobs that make it misbehave on
+purpose are listed in `--help` (also read from the environment variable SGLANG_DOUBLE_ARGS). Two of them act on output position k
 (0-based, counted in generated tokens) of every generation request:
   * --wrong-token-at k: the "speculative" path emits a token that is not the argmax (a lossy verify);
   * --tie-at k: the model has a near-tie at that position (top two logits 1e-5 apart) and the
@@ -35,9 +38,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import heapq
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -49,6 +54,13 @@ VOCAB_SIZE = 512
 PREFERRED_BOOST = 6.0  # logit margin of the model's preferred next token over the rest
 TIE_GAP = 1e-5  # logit gap of an injected near-tie
 VERSION = "0.5.19"
+# The /generate request fields and sampling params it models. Unlike SGLang, it refuses any other key, so a
+# misspelt field in a client fails loudly here; tests/smoke/test_smoke_double.py checks these names against the
+# installed 0.5.19 (GenerateReqInput's and SamplingParams' dataclass fields).
+REQUEST_FIELDS = frozenset({"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
+                            "top_logprobs_num", "return_text_in_logprobs", "return_prompt_token_ids", "stream"})
+SAMPLING_FIELDS = frozenset({"max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop",
+                             "stop_token_ids"})
 
 
 # ----------------------------------------------------------------------------------------- the toy model
@@ -77,10 +89,6 @@ class ToyModel:
         logits[preferred] += PREFERRED_BOOST
         return logits
 
-    def _runner_up(self, logits: list[float]) -> tuple[int, int]:
-        order = sorted(range(VOCAB_SIZE), key=lambda v: -logits[v])
-        return order[0], order[1]
-
     def mark_tie(self, context: list[int]) -> None:
         with self._lock:
             self._tie_contexts.add(hash(tuple(context)))
@@ -90,13 +98,13 @@ class ToyModel:
         with self._lock:
             tied = hash(tuple(context)) in self._tie_contexts
         if tied:
-            best, second = self._runner_up(logits)
+            best, second = heapq.nlargest(2, range(VOCAB_SIZE), key=logits.__getitem__)
             logits[second] = logits[best] - TIE_GAP
         return logits
 
-    def ranked(self, context: list[int]) -> list[int]:
-        logits = self.logits(context)
-        return sorted(range(VOCAB_SIZE), key=lambda v: -logits[v])
+    def ranked(self, context: list[int], k: int = 3) -> list[int]:
+        """The k most likely next tokens, best first."""
+        return heapq.nlargest(k, range(VOCAB_SIZE), key=self.logits(context).__getitem__)
 
     def logprobs(self, context: list[int]) -> list[float]:
         logits = self.logits(context)
@@ -151,7 +159,7 @@ class ServerState:
             token = ranked[0]
             if self.speculative and position == self.args.tie_at:
                 self.model.mark_tie(context)
-                token = self.model.ranked(context)[1]
+                token = self.model.ranked(context, 2)[1]
             elif self.speculative and position == self.args.wrong_token_at:
                 token = ranked[2]
             out.append(token)
@@ -265,13 +273,13 @@ class ServerState:
             "tp_size": 1,
             "dp_size": 1,
             "page_size": 1,
-            "enable_metrics": not args.no_metrics,
+            "enable_metrics": args.enable_metrics,
             "speculative_algorithm": args.algorithm.upper() if spec else None,
-            "speculative_draft_model_path": args.model_path + "-draft" if spec else None,
+            "speculative_draft_model_path": args.speculative_draft_model_path,
             "speculative_num_steps": args.draft_tokens - 1 if spec else None,
             "speculative_eagle_topk": 1 if spec else None,
             "speculative_num_draft_tokens": args.draft_tokens if spec else None,
-            "enable_linear_replayssm_spec": spec,
+            "enable_linear_replayssm_spec": args.enable_linear_replayssm_spec,
             "mamba_ssm_dtype": "float32",
             "startup_time": self.started,
             "internal_states": [internal],
@@ -331,12 +339,24 @@ class ServerState:
 def _top(logprobs: list[float], n: int) -> list[list] | None:
     if n <= 0:
         return None
-    order = sorted(range(len(logprobs)), key=lambda v: -logprobs[v])[:n]
+    order = heapq.nlargest(n, range(len(logprobs)), key=logprobs.__getitem__)
     return [[logprobs[v], v, None] for v in order]
 
 
 class BadRequest(Exception):
     pass
+
+
+def _check_fields(req: dict) -> None:
+    unknown = sorted(set(req) - REQUEST_FIELDS)
+    params = req.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise BadRequest("sampling_params must be an object")
+    unknown += [f"sampling_params.{k}" for k in sorted(set(params) - SAMPLING_FIELDS)]
+    if unknown:
+        raise BadRequest(f"the test double does not model field(s) {unknown}")
+    if req.get("stream"):
+        raise BadRequest("the test double does not stream")
 
 
 def _inputs(req: dict) -> tuple[list[list[int]], bool]:
@@ -391,7 +411,7 @@ def make_handler(state: ServerState):
                 self._json(200, state.server_info())
             elif path in ("/model_info", "/get_model_info"):
                 self._json(200, state.model_info())
-            elif path in ("/metrics", "/metrics/") and not state.args.no_metrics:
+            elif path in ("/metrics", "/metrics/") and state.args.enable_metrics:
                 self._send(200, state.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._json(404, {"detail": "Not Found"})
@@ -407,6 +427,7 @@ def make_handler(state: ServerState):
                 req = json.loads(raw or b"{}")
                 if not isinstance(req, dict):
                     raise BadRequest("request body must be a JSON object")
+                _check_fields(req)
                 batch, is_batch = _inputs(req)
             except (ValueError, BadRequest) as exc:
                 self._json(400, {"error": {"message": str(exc)}})
@@ -422,39 +443,60 @@ def make_handler(state: ServerState):
     return Handler
 
 
+SGLANG_FLAGS_HELP = """\
+SGLang launch flags it understands (so `python3 -m sglang.launch_server ...` command lines work unchanged):
+  --model-path, --served-model-name, --host, --port, --speculative-algorithm, --speculative-num-draft-tokens,
+  --speculative-draft-model-path, --enable-linear-replayssm-spec, --enable-metrics.
+Any other SGLang flag (--tp-size, --mem-fraction-static, ...) is accepted and ignored, with a note on stderr.
+Extra arguments can also come from the environment variable SGLANG_DOUBLE_ARGS (appended to the command line),
+so a container started with SGLang's own command line can still be told to misbehave.
+"""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="sglang_server.py",
         description="Test double of SGLang 0.5.19's HTTP API (a deterministic toy model; never ships). "
-        "Misbehaviour knobs below are off by default: a default run is a clean speculative server.",
+        "Like SGLang, it speculates only with --speculative-algorithm and serves /metrics only with "
+        "--enable-metrics. The misbehaviour knobs are off by default.",
+        epilog=SGLANG_FLAGS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--model-path", default="Qwen/Qwen3-Next-80B-A3B-Instruct",
-                   help="reported as model_path (the smoke thresholds match on it)")
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--algorithm", default="DFLASH",
-                   help="speculative_algorithm to report; NONE serves without speculation (a reference server)")
-    p.add_argument("--accept-length", type=float, default=3.0,
-                   help="mean accept length per verify (bonus token included); each prompt varies it +-20%%")
-    p.add_argument("--draft-tokens", type=int, default=16, help="speculative_num_draft_tokens (verify window)")
-    p.add_argument("--wrong-token-at", type=int, default=None, metavar="K",
-                   help="emit a non-argmax token at output position K (0-based) of every request (lossy verify)")
-    p.add_argument("--tie-at", type=int, default=None, metavar="K",
-                   help="make output position K a near-tie (1e-5) and emit the runner-up there")
-    p.add_argument("--unhealthy", action="store_true", help="/health and /health_generate always answer 503")
-    p.add_argument("--health-file", default=None, metavar="PATH",
-                   help="/health answers 503 while PATH exists (flip health at run time)")
-    p.add_argument("--start-delay", type=float, default=0.0, metavar="S",
-                   help="/health answers 503 for the first S seconds (a slow start)")
-    p.add_argument("--malformed", action="store_true", help="/generate answers 200 without output_ids/meta_info")
-    p.add_argument("--no-metrics", action="store_true", help="serve no /metrics (as without --enable-metrics)")
-    p.add_argument("--step-ms", type=float, default=0.0,
-                   help="sleep per forward pass (one per verify, or per token without speculation)")
-    p.add_argument("--quiet", action="store_true", help="no per-request log lines")
-    args = p.parse_args(argv)
+    sg = p.add_argument_group("SGLang flags")
+    sg.add_argument("--host", default="127.0.0.1")
+    sg.add_argument("--port", type=int, default=30000, help="0 picks a free port (printed on stderr)")
+    sg.add_argument("--model-path", default="Qwen/Qwen3-Next-80B-A3B-Instruct",
+                    help="reported as model_path (the smoke thresholds match on it)")
+    sg.add_argument("--served-model-name", default=None)
+    sg.add_argument("--speculative-algorithm", "--algorithm", dest="algorithm", default="NONE",
+                    help="e.g. DFLASH, DSPARK; NONE (the default) serves without speculation")
+    sg.add_argument("--speculative-num-draft-tokens", "--draft-tokens", dest="draft_tokens", type=int, default=16,
+                    help="verify window (default 16)")
+    sg.add_argument("--speculative-draft-model-path", default=None)
+    sg.add_argument("--enable-linear-replayssm-spec", action="store_true")
+    sg.add_argument("--enable-metrics", action="store_true", help="serve /metrics (Prometheus text)")
+    kn = p.add_argument_group("test-double knobs")
+    kn.add_argument("--accept-length", type=float, default=3.0,
+                    help="mean accept length per verify (bonus token included); each prompt varies it +-20%%")
+    kn.add_argument("--wrong-token-at", type=int, default=None, metavar="K",
+                    help="emit a non-argmax token at output position K (0-based) of every request (lossy verify)")
+    kn.add_argument("--tie-at", type=int, default=None, metavar="K",
+                    help="make output position K a near-tie (1e-5) and emit the runner-up there")
+    kn.add_argument("--unhealthy", action="store_true", help="/health and /health_generate always answer 503")
+    kn.add_argument("--health-file", default=None, metavar="PATH",
+                    help="/health answers 503 while PATH exists (flip health at run time)")
+    kn.add_argument("--start-delay", type=float, default=0.0, metavar="S",
+                    help="/health answers 503 for the first S seconds (a slow start)")
+    kn.add_argument("--malformed", action="store_true", help="/generate answers 200 without output_ids/meta_info")
+    kn.add_argument("--step-ms", type=float, default=0.0,
+                    help="sleep per forward pass (one per verify, or per token without speculation)")
+    kn.add_argument("--quiet", action="store_true", help="no per-request log lines")
+    argv = list(sys.argv[1:] if argv is None else argv) + shlex.split(os.environ.get("SGLANG_DOUBLE_ARGS", ""))
+    args, ignored = p.parse_known_args(argv)
+    if ignored:
+        sys.stderr.write(f"double: ignoring SGLang arguments it does not model: {' '.join(ignored)}\n")
     if args.draft_tokens < 2:
-        p.error("--draft-tokens must be at least 2")
+        p.error("--speculative-num-draft-tokens must be at least 2")
     return args
 
 
@@ -479,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.write(f"double: serving on http://{args.host}:{args.port} pid {os.getpid()}\n")
     sys.stderr.write("The server is fired up and ready to roll!\n")
     sys.stderr.flush()
-    httpd.serve_forever()
+    httpd.serve_forever(poll_interval=0.05)
     httpd.server_close()
     return 0
 

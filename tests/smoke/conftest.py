@@ -13,22 +13,33 @@ import pytest
 DOUBLE = pathlib.Path(__file__).resolve().parents[1] / "doubles" / "sglang_server.py"
 
 
+SPECULATIVE = ("--speculative-algorithm", "DFLASH", "--enable-linear-replayssm-spec")
+
+
 @pytest.fixture
 def double():
-    """double(*flags) -> base URL of a fresh stand-in server; every one is stopped at teardown."""
+    """double(*flags, spec=True, metrics=True) -> base URL of a fresh stand-in server.
+
+    spec=False is a server without speculation (a reference); every server is stopped at teardown.
+    """
     procs: list[subprocess.Popen] = []
 
-    def start(*flags: str) -> str:
-        proc = subprocess.Popen([sys.executable, str(DOUBLE), "--host", "127.0.0.1", "--port", "0", "--quiet", *flags],
+    def start(*flags: str, spec: bool = True, metrics: bool = True) -> str:
+        argv = [*(SPECULATIVE if spec else ()), *(("--enable-metrics",) if metrics else ()), *flags]
+        proc = subprocess.Popen([sys.executable, str(DOUBLE), "--host", "127.0.0.1", "--port", "0", "--quiet", *argv],
                                 stderr=subprocess.PIPE, text=True)
         procs.append(proc)
-        first = proc.stderr.readline()  # "double: serving on http://127.0.0.1:PORT pid N"
-        assert "serving on" in first, f"the double did not start: {first!r}"
-        return first.split("serving on ", 1)[1].split()[0]
+        seen = []
+        for line in proc.stderr:  # up to "double: serving on http://127.0.0.1:PORT pid N"
+            seen.append(line)
+            if "serving on" in line:
+                return line.split("serving on ", 1)[1].split()[0]
+        raise AssertionError(f"the double did not start: {''.join(seen)!r}")
 
     yield start
     for proc in procs:
         proc.terminate()
+    for proc in procs:
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -39,12 +50,13 @@ def double():
 
 @pytest.fixture
 def smoke(tmp_path, capsys):
-    """smoke(*argv) -> (exit code, report.json content or None, stdout + stderr), run in-process."""
+    """smoke(*argv) -> (exit code, report.json content or None, stdout + stderr), run in-process (32 tokens a prompt unless argv says otherwise)."""
     from replayssm_smoke import cli
 
     def run(*argv: str):
         out = tmp_path / "out"
-        code = cli.main([*argv, "--out", str(out), "--quiet", "--timeout", "10", "--deadline", "60"])
+        defaults = ["--max-new-tokens", "32", "--timeout", "10", "--deadline", "60"]  # argv may override
+        code = cli.main([*defaults, *argv, "--out", str(out), "--quiet"])
         captured = capsys.readouterr()
         path = out / "report.json"
         doc = json.loads(path.read_text()) if path.exists() else None

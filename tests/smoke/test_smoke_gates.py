@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 K = 4  # the injected output position
 
 
 def test_clean_server_passes_every_gate(double, smoke, tmp_path):
-    target, reference = double(), double("--algorithm", "NONE")
-    code, doc, text = smoke("--target", target, "--reference", reference)
+    target, reference = double(), double(spec=False)
+    code, doc, text = smoke("--target", target, "--reference", reference, "--max-new-tokens", "128")
     assert code == 0, text
     assert doc["passed"] is True and doc["exit_code"] == 0
     assert set(doc["acceptance"]) == {"code", "json", "math", "prose"}
@@ -33,7 +34,7 @@ def test_clean_server_passes_every_gate(double, smoke, tmp_path):
 
 
 def test_wrong_token_fails_teacher_forced_and_parity_at_k(double, smoke):
-    target, reference = double("--wrong-token-at", str(K)), double("--algorithm", "NONE")
+    target, reference = double("--wrong-token-at", str(K)), double(spec=False)
     code, doc, text = smoke("--target", target, "--reference", reference, "--classes", "code,math")
     assert code == 1, text
     assert doc["passed"] is False
@@ -50,12 +51,14 @@ def test_wrong_token_fails_teacher_forced_and_parity_at_k(double, smoke):
 
 
 def test_injected_tie_is_reported_as_a_tie(double, smoke):
-    target, reference = double("--tie-at", str(K)), double("--algorithm", "NONE")
+    target, reference = double("--tie-at", str(K)), double(spec=False)
     code, doc, text = smoke("--target", target, "--reference", reference, "--classes", "json")
     assert code == 0, text
     tf = doc["exactness"]["teacher_forced"]
     assert tf["passed"] is True and tf["violations"] == []
     assert [t["position"] for t in tf["ties"]] == [K] * 5
+    assert doc["exactness"]["tie_margin"] == 0.125  # the built-in profile's: one bf16 step
+    assert doc["exactness"]["tie_margin_source"] == "profile qwen3-next-gdn-dflash"
     parity = doc["exactness"]["parity"]
     assert parity["passed"] is True
     assert sorted(parity["diverged_at_tie"]) == [f"json-0{i}" for i in range(1, 6)]
@@ -63,12 +66,12 @@ def test_injected_tie_is_reported_as_a_tie(double, smoke):
 
 
 def test_tie_fails_parity_when_strict_and_when_margin_is_zero(double, smoke):
-    target, reference = double("--tie-at", str(K)), double("--algorithm", "NONE")
+    target, reference = double("--tie-at", str(K)), double(spec=False)
     code, doc, _ = smoke("--target", target, "--reference", reference, "--classes", "json", "--strict-parity")
     assert code == 1 and doc["exactness"]["parity"]["passed"] is False
     assert doc["exactness"]["teacher_forced"]["passed"] is True
     code, doc, _ = smoke("--target", target, "--reference", reference, "--classes", "json", "--tie-margin", "0")
-    assert code == 1
+    assert code == 1 and doc["exactness"]["tie_margin_source"] == "--tie-margin"
     assert {v["position"] for v in doc["exactness"]["teacher_forced"]["violations"]} == {K}
 
 
@@ -83,7 +86,7 @@ def test_low_acceptance_fails_the_threshold(double, smoke):
 
 
 def test_without_metrics_the_cross_check_is_skipped_not_failed(double, smoke):
-    code, doc, _ = smoke("--target", double("--no-metrics"), "--classes", "math")
+    code, doc, _ = smoke("--target", double(metrics=False), "--classes", "math")
     assert code == 0
     cross = doc["metrics_cross_check"]
     assert cross["available"] is False and cross["passed"] is None
@@ -93,7 +96,7 @@ def test_without_metrics_the_cross_check_is_skipped_not_failed(double, smoke):
 
 def test_record_then_compare_with_golden(double, smoke, tmp_path):
     golden = tmp_path / "golden.json"
-    code, _, text = smoke("--target", double("--algorithm", "NONE"), "--record", str(golden), "--classes", "code")
+    code, _, text = smoke("--target", double(spec=False), "--record", str(golden), "--classes", "code")
     assert code == 0 and golden.exists(), text
     code, doc, text = smoke("--target", double(), "--golden", str(golden), "--classes", "code")
     assert code == 0, text
@@ -116,3 +119,35 @@ def test_slow_start_is_waited_for(double, smoke):
     url = double("--start-delay", "1")
     code, _, text = smoke("--target", url, "--classes", "prose", "--wait", "10")
     assert code == 0, text
+
+
+def test_replayssm_off_is_noted_or_refused(double, smoke):
+    url = double("--speculative-algorithm", "DFLASH", spec=False)  # speculation without ReplaySSM
+    code, doc, _ = smoke("--target", url, "--classes", "prose")
+    assert code == 0 and any("enable_linear_replayssm_spec" in n for n in doc["notes"])
+    code, doc, text = smoke("--target", url, "--classes", "prose", "--require-replayssm")
+    assert code == 2 and "does not run ReplaySSM spec-verify" in text
+
+
+def test_speculative_reference_is_noted(double, smoke):
+    code, doc, _ = smoke("--target", double(), "--reference", double(), "--classes", "prose")
+    assert code == 0
+    assert any("the reference ran with speculation" in n for n in doc["notes"])
+
+
+def test_json_output_is_the_report(double, tmp_path, capsys):
+    from replayssm_smoke import cli
+
+    code = cli.main(["--target", double(), "--classes", "code", "--max-new-tokens", "16", "--json", "-q",
+                     "--out", str(tmp_path)])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and printed["passed"] is True
+    assert printed == json.loads((tmp_path / "report.json").read_text())
+
+
+def test_profile_is_chosen_by_model(double, smoke):
+    code, doc, _ = smoke("--target", double(), "--classes", "code")
+    assert doc["thresholds"]["profile"] == "qwen3-next-gdn-dflash"
+    assert "PLACEHOLDER" in doc["thresholds"]["how_measured"]
+    code, doc, _ = smoke("--target", double("--model-path", "/models/Other-7B"), "--classes", "code")
+    assert code == 0 and doc["thresholds"]["profile"] == "default"

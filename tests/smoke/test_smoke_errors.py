@@ -39,7 +39,7 @@ def test_unreachable_server_exits_2_from_the_console_entry(tmp_path):
 
 
 def test_non_speculative_server(double, smoke):
-    _assert_env_error(*smoke("--target", double("--algorithm", "NONE")), "without speculative decoding")
+    _assert_env_error(*smoke("--target", double(spec=False)), "without speculative decoding")
 
 
 def test_malformed_generate_response(double, smoke):
@@ -106,3 +106,16 @@ def test_bad_usage_is_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--target", "http://x:1", "--reference", "http://y:1", "--golden", "g.json"])
     assert exc.value.code == 2
+
+
+def test_thresholds_file_that_is_not_yaml(double, smoke, tmp_path):
+    th = tmp_path / "th.yaml"
+    th.write_text("profiles: [\n")
+    _assert_env_error(*smoke("--target", double(), "--thresholds", str(th)), "not valid YAML")
+
+
+def test_no_profile_for_the_model(double, smoke, tmp_path):
+    th = tmp_path / "th.yaml"
+    th.write_text("profiles:\n  - match: ['*llama*']\n    acceptance: {code: {min_mean_accept_length: 1}}\n")
+    _assert_env_error(*smoke("--target", double(), "--classes", "code", "--thresholds", str(th)),
+                      "no profile matches model")

@@ -1,0 +1,114 @@
+"""One process's view of an SGLang tree: the configurator cases and the commit cycle, as JSON.
+
+`python -m harness.probe` runs against whichever `sglang` the process imports, so the demo and the
+end-to-end tests run it once with PYTHONPATH pointing at a pristine copy of the installed SGLang (stock
+behaviour) and once at a patched copy (the overlay's behaviour). Each SGLang import costs seconds, so
+one process does every case. It counts how often the patched configurator asks the overlay's guard hook
+(never, for combinations stock SGLang accepts).
+"""
+
+import argparse
+import json
+import sys
+import time
+import warnings
+
+
+def _count_guard_calls() -> dict:
+    """Wrap the guard hook the patched configurator calls, counting its calls."""
+    from replayssm_overlay import hooks
+
+    counter = {"calls": 0}
+    original = hooks.keep_kda_only_guard
+
+    def counted(configurator):
+        counter["calls"] += 1
+        return original(configurator)
+
+    hooks.keep_kda_only_guard = counted
+    return counter
+
+
+def probe_configurator(progress) -> list:
+    from harness.configurator_probe import CASES, probe
+
+    counter = _count_guard_calls()
+    results = []
+    for case in CASES:
+        progress(f"configurator: {case.name}")
+        counter["calls"] = 0
+        result = probe(case)
+        results.append(
+            {"case": case.name, "flags": case.flags(), **result, "guard_hook_calls": counter["calls"]}
+        )
+    return results
+
+
+def probe_cycle(progress, seed: int, model) -> list:
+    from harness.cycle import SCENARIOS, run_cycle, sglang_commit
+
+    results = []
+    for scenario in SCENARIOS:
+        progress(
+            f"commit cycle: {scenario.name} ({scenario.algorithm}, accept lengths {list(scenario.commit_lens)})"
+        )
+        results.append(
+            run_cycle(scenario, sglang_commit(scenario.algorithm), model=model, seed=seed).to_dict()
+        )
+    return results
+
+
+def probe_dflash_track_steps() -> dict:
+    from harness.cycle import SCENARIOS, dflash_track_steps
+
+    tracked = next(s for s in SCENARIOS if s.tracked and s.algorithm == "DFLASH")
+    return dflash_track_steps(tracked)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.probe",
+        description="Run the configurator cases and the verify->commit cycle against the sglang this "
+        "process imports (set PYTHONPATH to choose a copy) and print the results as JSON on stdout.",
+    )
+    parser.add_argument("--part", choices=("all", "configurator", "cycle"), default="all")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random states and windows")
+    parser.add_argument(
+        "--head-k-dim", type=int, default=16, help="K of the embedded tiny GDN model's cycle (default 16)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = parser.parse_args(argv)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"  .. {line}", file=sys.stderr, flush=True)
+
+    warnings.filterwarnings("ignore")  # SGLang's CPU import warnings and numpy overflow on padded rows
+    started = time.monotonic()
+    progress("importing sglang (a few seconds)")
+    from harness import on_cpu
+
+    on_cpu.prepare()
+    import sglang
+
+    report = {"sglang": sglang.__file__.rsplit("/", 1)[0]}
+    if args.part in ("all", "configurator"):
+        report["configurator"] = probe_configurator(progress)
+    if args.part in ("all", "cycle"):
+        from harness.gdn_pool import TinyGDN
+
+        model = TinyGDN(head_k_dim=args.head_k_dim)
+        report["model"] = model.describe()
+        report["cycle"] = probe_cycle(progress, args.seed, model)
+        report["dflash_track_steps"] = probe_dflash_track_steps()
+        from replayssm_overlay import fold
+
+        report["fold"] = fold.describe()  # after the commits: the fold the overlay actually used
+    report["seconds"] = round(time.monotonic() - started, 1)
+    json.dump(report, sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""A private copy of the installed SGLang, patched or not, and the probe run against it in a subprocess.
+
+The installed SGLang is never modified: the demo and the end-to-end tests copy its package directory
+into a temporary tree, run `harness.probe` with that tree first on PYTHONPATH (stock behaviour), apply
+the overlay to the copy with the patcher's Python API, and run the probe again (patched behaviour).
+"""
+
+import contextlib
+import functools
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from replayssm_overlay.errors import OverlayError
+
+SUPPORTED_RELEASE = "0.5.19"
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class SandboxError(RuntimeError):
+    """The environment cannot run the demo (no or unsupported SGLang, a probe that crashed)."""
+
+
+def installed_sglang() -> pathlib.Path:
+    """The installed `sglang` package directory (found without importing it); must be 0.5.19."""
+    from replayssm_overlay.target import declared_version, find_sglang_dir
+
+    try:
+        sglang_dir = find_sglang_dir()
+    except OverlayError as error:
+        raise SandboxError(f"{error.what}; run `make setup` first") from error
+    version = declared_version(sglang_dir)
+    if version != SUPPORTED_RELEASE:
+        raise SandboxError(
+            f"installed sglang is {version}; the overlay and this harness support {SUPPORTED_RELEASE} "
+            f"(`pip install --no-deps sglang=={SUPPORTED_RELEASE}`, or `make setup`)"
+        )
+    return sglang_dir
+
+
+@contextlib.contextmanager
+def sglang_copy():
+    """A copy of the installed sglang package in a temporary directory (yields the copy's package dir);
+    the directory is deleted when the block ends."""
+    installed = installed_sglang()
+    root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
+    try:
+        target = root / "sglang"
+        shutil.copytree(installed, target, ignore=shutil.ignore_patterns("__pycache__"))
+        yield target
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def apply_overlay(sglang_dir: pathlib.Path) -> dict:
+    """Patch the copy with the overlay's patcher (its Python API); returns the patcher's report."""
+    from replayssm_overlay.patcher import apply
+
+    return apply(sglang_dir)
+
+
+FOLD_VARIABLE = "RSO_FOLD"  # the overlay's fold choice (replayssm_overlay.fold): auto, overlay, sglang
+
+
+def probe_env(sglang_dir: pathlib.Path, fold: str | None = None) -> dict:
+    """The environment of a subprocess that imports the copy's sglang and this tree's packages; `fold`
+    (if given) sets the overlay's fold choice."""
+    paths = [
+        str(sglang_dir.parent),
+        str(REPO_ROOT / "overlay"),
+        str(REPO_ROOT / "smoke_tests"),
+        str(REPO_ROOT),
+    ]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["TRITON_INTERPRET"] = "1"
+    if fold is not None:
+        env[FOLD_VARIABLE] = fold
+    return env
+
+
+def run_probe(
+    sglang_dir: pathlib.Path,
+    *,
+    part: str = "all",
+    seed: int = 0,
+    quiet: bool = False,
+    fold: str | None = None,
+    head_k_dim: int | None = None,
+) -> dict:
+    """Run `python -m harness.probe` against the copy at `sglang_dir`; returns its JSON report.
+
+    Progress lines of the probe go to this process's stderr as they come."""
+    command = [sys.executable, "-m", "harness.probe", "--part", part, "--seed", str(seed)]
+    if quiet:
+        command.append("--quiet")
+    if head_k_dim is not None:
+        command += ["--head-k-dim", str(head_k_dim)]
+    completed = subprocess.run(
+        command,
+        env=probe_env(sglang_dir, fold),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise SandboxError(f"the probe against {sglang_dir} failed (exit {completed.returncode})")
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    if pathlib.Path(report["sglang"]) != sglang_dir:
+        raise SandboxError(f"the probe imported {report['sglang']}, not the copy at {sglang_dir}")
+    return report
+
+
+def stock_and_patched(
+    *, seed: int = 0, progress=None, fold: str | None = None, head_k_dim: int | None = None
+) -> dict:
+    """The probe's full report on a pristine copy of the installed SGLang ("stock") and on the same copy
+    after the overlay's patcher applied it ("patched"), with the patcher's report ("patch"). The copy
+    lives in a temporary directory that is deleted before this returns. `progress(line)` (optional)
+    gets a line per step, and the probe's own progress lines go to stderr; without it both are quiet.
+    `fold` (auto, overlay, sglang) sets the overlay's fold choice and `head_k_dim` the cycle model's K
+    in both probes."""
+    say = progress or (lambda line: None)
+    say(f"[1/4] copying SGLang {SUPPORTED_RELEASE} from {installed_sglang()} to a temporary directory")
+    with sglang_copy() as copy:
+        say("[2/4] stock 0.5.19 on the copy: configurator cases and commit cycle (Triton interpreter)")
+        stock = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
+        say("[3/4] applying the overlay to the copy")
+        patch = apply_overlay(copy)
+        say(f"      {patch.get('message', 'applied')}")
+        say("[4/4] patched copy: configurator cases and commit cycle (Triton interpreter)")
+        patched = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
+    return {"stock": stock, "patched": patched, "patch": patch}
+
+
+@functools.cache
+def stock_and_patched_reports(seed: int = 0) -> dict:
+    """`stock_and_patched` made once per process, quietly (tests in several modules share it)."""
+    return stock_and_patched(seed=seed)

@@ -1,0 +1,222 @@
+"""The `replayssm-overlay` command (also `python -m replayssm_overlay`): apply, verify, revert, diff and
+status of the overlay's patch on an installed SGLang.
+
+Exit codes: 0 ok; 1 a check failed (`verify`); 2 usage error, environment error or refusal (nothing was
+changed). Every subcommand takes `--json` (one JSON object on stdout) and `--sglang-dir`.
+`build_parser()` builds the whole parser so that other command groups can be added to it: a subcommand
+is a subparser whose defaults carry `handler=callable(args) -> exit code`.
+"""
+
+import argparse
+import json
+import sys
+
+import replayssm_overlay
+from replayssm_overlay import patcher
+from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.kernels.cli import register as register_kernels
+from replayssm_overlay.releases import RELEASES, TARGET_FILES
+from replayssm_overlay.target import find_sglang_dir
+
+STATUS_SCHEMA_HELP = """\
+JSON (--json), schema 1:
+  schema            1
+  sglang_dir        the sglang package directory inspected
+  state             pristine | patched | mixed (some of each) | unknown | missing
+  release           SGLang release the files' hashes identify (null: none or mixed)
+  declared_version  version the installation declares (dist-info or sglang/_version.py), or null
+  unverified        true if a file was patched over an unknown base (apply --allow-unverified)
+  overlay_version   version of this overlay package
+  manifest_path     where the manifest is (or would be)
+  manifest          the manifest's content, or null
+  manifest_problem  why the manifest could not be read, or null
+  kernels           replayssm_overlay.fold.describe(): which fold kernel the commit path uses
+  files[]           one per target file:
+    relpath, path, state (pristine | patched | unknown | missing), sha256 (now, or null),
+    pristine_sha256 (the pristine base, if it can be restored exactly, else null),
+    release (release of the pristine base, or null), unverified, detail (one line for people)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--sglang-dir",
+        metavar="PATH",
+        help="the `sglang` package directory to act on (default: the sglang this Python would import, "
+        "located without importing it)",
+    )
+    common.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of text")
+
+    parser = argparse.ArgumentParser(
+        prog="replayssm-overlay",
+        description="Patch an installed SGLang so that ReplaySSM spec-verify runs with DFLASH and DSPARK on "
+        "hybrid GDN models. The patch adds a few marked lines to three files ("
+        + ", ".join(TARGET_FILES)
+        + ") that call this package; supported releases: "
+        + ", ".join(RELEASES)
+        + ". Exit codes: 0 ok, 1 check failed, 2 usage error or refusal (nothing changed).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {replayssm_overlay.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    apply = sub.add_parser(
+        "apply",
+        parents=[common],
+        help="patch the three SGLang files (idempotent)",
+        description="Check that the three files are the pristine files of a supported release (by sha256) "
+        "and that every hook point is where the overlay expects it, then save pristine copies and a "
+        "manifest next to the package and write the patched files atomically. Nothing is written unless "
+        "all three files check out. Running it on an already patched installation changes nothing.",
+    )
+    apply.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="patch files whose content matches no known release, if their hook points are found "
+        "(recorded as unverified in the manifest). Use only after checking the code by hand",
+    )
+    apply.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
+    apply.set_defaults(handler=_apply)
+
+    verify = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="check that the installation is exactly as the overlay patched it (exit 1 if not)",
+        description="Exit 0 only if every file is exactly the patched bytes for the recorded release, the "
+        "pristine copies are intact and the manifest agrees; otherwise exit 1 and list what is off.",
+    )
+    verify.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="accept files that were patched with apply --allow-unverified",
+    )
+    verify.set_defaults(handler=_verify)
+
+    revert = sub.add_parser(
+        "revert",
+        parents=[common],
+        help="restore the pristine files and remove the manifest folder (idempotent)",
+        description="Restore the exact pristine bytes of every patched file (checked against the release "
+        "table or the manifest before writing), then delete the manifest folder. Refuses, changing "
+        "nothing, if a file changed after it was patched.",
+    )
+    revert.set_defaults(handler=_revert)
+
+    diff = sub.add_parser(
+        "diff",
+        parents=[common],
+        help="print the effective unified diff of the installed patch",
+        description="Print the unified diff from each file's pristine bytes (the saved copy, else the file "
+        "with the overlay's marked lines removed) to the file as it is now. Empty when nothing is patched.",
+    )
+    diff.set_defaults(handler=_diff)
+
+    status = sub.add_parser(
+        "status",
+        parents=[common],
+        help="show the state of each file, the release, the manifest and the fold kernels",
+        description="Show whether each file is pristine, patched, unknown or missing, the release its hashes "
+        "identify, the overlay version, the manifest path and the fold kernels in use. Works without the "
+        "manifest: the state comes from the bytes.",
+        epilog=STATUS_SCHEMA_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    status.set_defaults(handler=_status)
+    register_kernels(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.handler(args)
+    except OverlayError as err:
+        print(f"replayssm-overlay {args.command}: {err}", file=sys.stderr)
+        if getattr(args, "json", False):
+            _print_json({"ok": False, "error": err.what, "fix": err.fix})
+        return 2
+
+
+def _apply(args) -> int:
+    result = patcher.apply(_target(args), allow_unverified=args.allow_unverified, dry_run=args.dry_run)
+    _report(args, result, _file_actions(result))
+    return 0
+
+
+def _verify(args) -> int:
+    result = patcher.verify(_target(args), allow_unverified=args.allow_unverified)
+    if result["ok"]:
+        text = f"OK: patched SGLang {result['release'] or '(unverified)'} at {result['sglang_dir']}"
+    else:
+        text = "FAILED:\n" + "\n".join(f"  - {problem}" for problem in result["problems"])
+    _report(args, result, text)
+    return 0 if result["ok"] else 1
+
+
+def _revert(args) -> int:
+    result = patcher.revert(_target(args))
+    _report(args, result, _file_actions(result))
+    return 0
+
+
+def _diff(args) -> int:
+    text = patcher.diff(_target(args))
+    if args.json:
+        _print_json({"diff": text})
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _status(args) -> int:
+    result = patcher.status(_target(args))
+    kernels = ", ".join(f"{k}={v}" for k, v in result["kernels"].items())
+    rows = [("FILE", "STATE", "RELEASE", "SHA256")] + [
+        (
+            f["relpath"],
+            f["state"] + (" (unverified)" if f["unverified"] else ""),
+            f["release"] or "-",
+            (f["sha256"] or "-")[:16],
+        )
+        for f in result["files"]
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    table = "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    text = (
+        f"sglang:   {result['sglang_dir']} (declares {result['declared_version'] or 'no version'})\n"
+        f"state:    {result['state']}; release by hashes: {result['release'] or 'unknown'}\n"
+        f"overlay:  {result['overlay_version']}\n"
+        f"manifest: {result['manifest_path']}"
+        + ("" if result["manifest"] else f" ({result['manifest_problem'] or 'absent'})")
+        + f"\nkernels:  {kernels}\n\n{table}"
+    )
+    _report(args, result, text)
+    return 0
+
+
+def _target(args):
+    return find_sglang_dir(args.sglang_dir)
+
+
+def _file_actions(result: dict) -> str:
+    lines = [f"{result['message']} ({result['sglang_dir']})"]
+    for f in result["files"]:
+        lines.append(
+            f"  {f['action']:<30} {f['relpath']}" + (f"  [from {f['source']}]" if f.get("source") else "")
+        )
+    return "\n".join(lines)
+
+
+def _report(args, result: dict, text: str) -> None:
+    if args.json:
+        _print_json(result)
+    else:
+        print(text)
+
+
+def _print_json(payload: dict) -> None:
+    print(json.dumps(payload, indent=2, sort_keys=True))

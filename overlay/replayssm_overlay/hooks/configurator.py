@@ -1,0 +1,75 @@
+"""The configurator rule: which DFLASH/DSPARK + `--enable-linear-replayssm-spec` models the overlay takes.
+
+Stock SGLang 0.5.19 refuses DFLASH and DSPARK with ReplaySSM spec-verify on every non-KDA model, because
+its commit only knew the KDA fold. The patched `KVCacheConfigurator._build_hybrid_req_pool` asks
+`keep_kda_only_guard` only when that refusal is about to be raised, and the answer is:
+
+- hybrid GDN model (Qwen3-Next / Qwen3.5 lineage) + DFLASH: lift the refusal (the overlay commits);
+- hybrid GDN model + DSPARK with `SGLANG_RAGGED_VERIFY_MODE=static`: lift it;
+- hybrid GDN model + DSPARK in `compact` or `cap-accept` mode: refuse with an OverlayError naming the
+  variable, because GDN's verify kernels only take the dense `[bs, N]` window;
+- anything else (no GDN model, another algorithm): keep SGLang's own error.
+
+SGLang is imported lazily: this module is loaded on SGLang's start-up path.
+"""
+
+import logging
+
+from replayssm_overlay.errors import OverlayError
+
+logger = logging.getLogger(__name__)
+
+RAGGED_MODE_VARIABLE = "SGLANG_RAGGED_VERIFY_MODE"
+RAGGED_MODE_ALLOWED = "static"
+
+
+def _gdn_config(configurator):
+    """The hybrid GDN text config of the configurator's model, or None."""
+    known = getattr(configurator, "hybrid_gdn_config", None)
+    if known is not None:
+        return known
+    from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
+
+    return hybrid_gdn_config(configurator.model_config)
+
+
+def _speculative_algorithm() -> str:
+    from sglang.srt.runtime_context import get_spec
+
+    return (get_spec().speculative_algorithm or "").upper()
+
+
+def _ragged_verify_mode() -> str:
+    from sglang.srt.speculative.ragged_verify import read_ragged_verify_mode
+
+    return read_ragged_verify_mode().value
+
+
+def _require_static_ragged_verify() -> None:
+    mode = _ragged_verify_mode()
+    if mode != RAGGED_MODE_ALLOWED:
+        raise OverlayError(
+            f"DSPARK with --enable-linear-replayssm-spec on a hybrid GDN model needs "
+            f"{RAGGED_MODE_VARIABLE}={RAGGED_MODE_ALLOWED}; got {RAGGED_MODE_VARIABLE}={mode}. "
+            "GDN's verify kernels take only the dense [bs, N] window, not a ragged layout.",
+            f"set {RAGGED_MODE_VARIABLE}={RAGGED_MODE_ALLOWED} (or unset it: static is the default), "
+            "or drop --enable-linear-replayssm-spec",
+        )
+
+
+def keep_kda_only_guard(configurator) -> bool:
+    gdn_config = _gdn_config(configurator)
+    if gdn_config is None:
+        return True
+    algorithm = _speculative_algorithm()
+    if algorithm not in ("DFLASH", "DSPARK"):
+        return True
+    if algorithm == "DSPARK":
+        _require_static_ragged_verify()
+    logger.info(
+        "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; "
+        "the overlay commits the accepted prefix with the GDN ReplaySSM fold",
+        algorithm,
+        type(gdn_config).__name__,
+    )
+    return False

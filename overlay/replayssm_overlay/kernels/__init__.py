@@ -1,0 +1,1 @@
+"""The overlay's fold kernels (Triton) and, on branch `aot`, their ahead-of-time build and loader."""

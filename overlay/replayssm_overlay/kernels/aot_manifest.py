@@ -1,0 +1,83 @@
+"""The manifest of a prebuilt kernel folder, and the facts of a Python/Triton/GPU it is checked against.
+
+The build (`aot.py`) writes it and the loader (`loader.py`) refuses a folder whose manifest does not match
+the node; both need the same names, the same notion of "this Python" and the same file hashing, so they
+live here. Imports nothing heavy: `kernels status` reads a manifest where Triton may be absent.
+
+Layout of a folder (DIR):
+    DIR/manifest.json
+    DIR/kernels/<kernel>/<spec_id>/<triton function name>.cubin   the sm_90 binary
+    DIR/kernels/<kernel>/<spec_id>/<triton function name>.json    Triton's metadata for it
+    DIR/modules/<triton cache key>/<module><EXT_SUFFIX>           gcc-built launcher modules (cuda_utils,
+                                                                  and __triton_launcher on Triton 3.6)
+
+Manifest (schema `replayssm-overlay-kernels/1`): `schema`, `overlay_version`, `built_at` (UTC ISO),
+`build_seconds`, `builder` (`triton`, `python`, `platform`, `hostname`), `target` (`backend`, `arch`,
+`warp_size`), `kernels` (one entry per kernel: `name`, `function`, `module`, `source_key` (Triton's
+`JITFunction.cache_key`), `arg_names`, `specializations[]` with `id`, `label`, `signature`, `constexprs`,
+`attrs`, `options`, `files`), `modules[]` (`name`, `key`, `file`) and `files` (relative path -> sha256 of
+every file above).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+SCHEMA = "replayssm-overlay-kernels/1"
+MANIFEST_NAME = "manifest.json"
+TARGET_ARCH = 90  # Hopper (H100/H200): the only architecture the overlay ships binaries for
+TARGET = {"backend": "cuda", "arch": TARGET_ARCH, "warp_size": 32}
+
+
+def python_tag() -> str:
+    """`cp312` for CPython 3.12: gcc-built modules and Triton's own binary are per Python minor version."""
+    return f"{sys.implementation.name[:2]}{sys.version_info.major}{sys.version_info.minor}"
+
+
+def platform_key() -> str:
+    """The same string Triton mixes into its module keys (machine, OS, bits, binary format)."""
+    return ",".join([platform.machine(), platform.system(), *platform.architecture()])
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(folder: Path) -> dict:
+    """The parsed manifest; raises ValueError with a one-line reason if it is missing or not ours."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise ValueError(f"no {MANIFEST_NAME} in {folder}")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not readable JSON ({err})") from err
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        found = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
+        raise ValueError(f"{path} has schema {found!r}, expected {SCHEMA!r}")
+    return manifest
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write JSON so that readers see the old file or the new one, never half of one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,367 @@
+"""The patcher: puts the overlay's marked hook lines into an installed SGLang, checks them, takes them out.
+
+Public API (the command line, the Docker build and the demo call exactly these):
+    apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict
+    verify(sglang_dir, *, allow_unverified=False) -> dict      (result["ok"] says whether it passed)
+    revert(sglang_dir) -> dict
+    diff(sglang_dir) -> str
+    status(sglang_dir) -> dict
+`sglang_dir` is the `sglang` package directory (see `replayssm_overlay.target`). A refusal raises
+`OverlayError` before anything is written, or after restoring what was written, so the three files are
+always either all as they were or all as intended.
+"""
+
+import datetime
+import difflib
+import pathlib
+
+import replayssm_overlay
+from replayssm_overlay import fold
+from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.patcher import store
+from replayssm_overlay.patcher.edits import patch_source
+from replayssm_overlay.patcher.filestate import MISSING, PATCHED, PRISTINE, classify
+from replayssm_overlay.patcher.hookpoints import HookPointError
+from replayssm_overlay.releases import RELEASES, TARGET_FILES, expected_hashes
+from replayssm_overlay.target import declared_version
+
+__all__ = ["apply", "verify", "revert", "diff", "status"]
+
+STATUS_SCHEMA = 1
+
+
+def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
+    """Patch the three files (or, with dry_run, only check that it would work)."""
+    tree = _Tree(sglang_dir)
+    refusals, patched = [], {}
+    for f in tree.files:
+        if f.state == PATCHED:
+            continue
+        if f.state == MISSING:
+            refusals.append(_missing_refusal(f))
+        elif f.state == PRISTINE or (allow_unverified and f.sha256 == f.base_sha256):
+            try:
+                patched[f.relpath] = patch_source(f.relpath, f.data)
+            except HookPointError as err:
+                refusals.append(
+                    f"{f.relpath}: no hook point: {err}. This file's structure is not one the overlay "
+                    "can hook; it is not the SGLang release the overlay supports"
+                )
+            f.unverified = f.state != PRISTINE
+        elif f.sha256 != f.base_sha256:
+            refusals.append(
+                f"{f.relpath}: {f.detail}. "
+                + (
+                    "Run `replayssm-overlay revert` first, then apply"
+                    if f.recoverable
+                    else "Reinstall SGLang's pristine file (pip install --force-reinstall --no-deps "
+                    "sglang==<release>), then apply"
+                )
+            )
+        else:
+            refusals.append(_unknown_refusal(f, tree.declared))
+    if not refusals and tree.release is None and any(f.releases for f in tree.files):
+        refusals.append(
+            "the files come from different SGLang releases ("
+            + ", ".join(f"{f.relpath}: {','.join(sorted(f.releases)) or 'unknown'}" for f in tree.files)
+            + "); reinstall one release"
+        )
+    if refusals:
+        raise OverlayError(
+            f"refusing to patch {tree.sglang_dir}; no file was changed:\n    - " + "\n    - ".join(refusals),
+            "see each file above; supported releases: " + ", ".join(RELEASES),
+        )
+
+    manifest = tree.new_manifest(patched)
+    result = {
+        "action": "apply",
+        "sglang_dir": str(tree.sglang_dir),
+        "release": tree.release,
+        "declared_version": tree.declared,
+        "unverified": manifest["unverified"],
+        "dry_run": dry_run,
+        "manifest_path": str(store.manifest_path(tree.sglang_dir)),
+        "files": [
+            {
+                "relpath": f.relpath,
+                "action": (
+                    ("would patch" if dry_run else "patched") if f.relpath in patched else "already patched"
+                ),
+                "sha256_before": manifest["files"][f.relpath]["sha256_before"],
+                "sha256_after": manifest["files"][f.relpath]["sha256_after"],
+            }
+            for f in tree.files
+        ],
+    }
+    record_current = tree.manifest_matches(manifest) and tree.pristine_copies_match()
+    result["changed"] = not dry_run and not (record_current and not patched)
+    if dry_run:
+        result["message"] = (
+            f"dry run: would patch {len(patched)} file(s); every file and hook point checks out"
+            if patched
+            else "dry run: already patched; nothing to do"
+        )
+        return result
+    if not patched and record_current:
+        result["message"] = "already patched; nothing to do"
+        return result
+
+    created_state_dir = not store.state_dir(tree.sglang_dir).exists()
+    written = []
+    try:
+        for f in tree.files:
+            store.save_pristine_copy(tree.sglang_dir, f.relpath, f.base)
+        for f in tree.files:
+            if f.relpath in patched:
+                store.write_module(f.path, patched[f.relpath])
+                written.append(f)
+        store.write_manifest(tree.sglang_dir, manifest)
+    except OSError as err:
+        restored = _restore_written(written)
+        if created_state_dir:
+            store.remove_state_dir(tree.sglang_dir)
+        raise OverlayError(
+            f"applying failed while writing ({err}); " + ("; ".join(restored) or "no file was changed"),
+            "fix the cause (disk space, permissions, read-only file system) and run the command again",
+        ) from err
+    result["message"] = (
+        f"patched {len(patched)} file(s) of SGLang {tree.release or '(unverified)'}"
+        if patched
+        else "already patched; the manifest and pristine copies were rewritten"
+    )
+    return result
+
+
+def verify(sglang_dir, *, allow_unverified=False) -> dict:
+    """Whether every file is exactly the patched bytes for the recorded release, and the record agrees."""
+    tree = _Tree(sglang_dir)
+    problems = []
+    manifest = tree.manifest
+    if tree.manifest_problem:
+        problems.append(tree.manifest_problem)
+    elif manifest is None:
+        problems.append(
+            f"no manifest at {store.manifest_path(tree.sglang_dir)}: the overlay is not applied here"
+        )
+    for f in tree.files:
+        if f.state != PATCHED:
+            problems.append(f"{f.relpath}: {f.state}: {f.detail}")
+            continue
+        if f.unverified and not allow_unverified:
+            problems.append(
+                f"{f.relpath}: patched over an unverified base; pass --allow-unverified to accept it"
+            )
+        copy = store.read_pristine_copy(tree.sglang_dir, f.relpath)
+        if copy is None or store.sha256(copy) != f.base_sha256:
+            problems.append(
+                f"{f.relpath}: the saved pristine copy is missing or differs from the pristine base"
+            )
+        recorded = (manifest or {}).get("files", {}).get(f.relpath)
+        if manifest is not None and recorded != _manifest_entry(f, f.data):
+            problems.append(
+                f"{f.relpath}: the manifest records {recorded}, the file is {_manifest_entry(f, f.data)}"
+            )
+    if manifest is not None and manifest.get("release") != tree.release:
+        problems.append(
+            f"the manifest records release {manifest.get('release')}, the files are {tree.release}"
+        )
+    return {
+        "action": "verify",
+        "ok": not problems,
+        "problems": problems,
+        "sglang_dir": str(tree.sglang_dir),
+        "release": tree.release,
+        "manifest_path": str(store.manifest_path(tree.sglang_dir)),
+        "files": [f.as_json() for f in tree.files],
+    }
+
+
+def revert(sglang_dir) -> dict:
+    """Restore the exact pristine bytes of every patched file and remove the manifest folder."""
+    tree = _Tree(sglang_dir)
+    refusals, restores, actions = [], [], {}
+    for f in tree.files:
+        if f.state == MISSING:
+            refusals.append(_missing_refusal(f))
+        elif f.sha256 == f.base_sha256:
+            actions[f.relpath] = (
+                ("already pristine", None) if f.state == PRISTINE else ("left as is: no overlay lines", None)
+            )
+        elif f.recoverable:
+            copy = store.read_pristine_copy(tree.sglang_dir, f.relpath)
+            source = (
+                "saved pristine copy"
+                if copy is not None and store.sha256(copy) == f.base_sha256
+                else ("the file with the overlay's marked lines removed")
+            )
+            restores.append((f, copy if source == "saved pristine copy" else f.base))
+            actions[f.relpath] = ("restored", source)
+        else:
+            refusals.append(
+                f"{f.relpath}: {f.detail} (sha256 {f.sha256}). It changed after the overlay patched it; "
+                "reinstall SGLang's file (pip install --force-reinstall --no-deps sglang==<release>)"
+            )
+    if refusals:
+        raise OverlayError(
+            f"refusing to revert {tree.sglang_dir}; no file was changed:\n    - " + "\n    - ".join(refusals),
+            "see each file above",
+        )
+    written = []
+    try:
+        for f, data in restores:
+            store.write_module(f.path, data)
+            written.append(f)
+    except OSError as err:
+        restored = _restore_written(written)
+        raise OverlayError(
+            f"reverting failed while writing ({err}); " + ("; ".join(restored) or "no file was changed"),
+            "fix the cause (disk space, permissions, read-only file system) and run revert again",
+        ) from err
+    removed = store.remove_state_dir(tree.sglang_dir)
+    return {
+        "action": "revert",
+        "sglang_dir": str(tree.sglang_dir),
+        "changed": bool(restores) or removed,
+        "removed_state_dir": removed,
+        "state_dir": str(store.state_dir(tree.sglang_dir)),
+        "files": [
+            {"relpath": rel, "action": action, "source": source} for rel, (action, source) in actions.items()
+        ],
+        "message": (
+            f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert"
+        ),
+    }
+
+
+def diff(sglang_dir) -> str:
+    """The unified diff from each file's pristine bytes (saved copy, else reconstructed) to the file now."""
+    tree = _Tree(sglang_dir)
+    chunks = []
+    for f in tree.files:
+        if f.data is None:
+            continue
+        before = store.read_pristine_copy(tree.sglang_dir, f.relpath) or f.base
+        if before == f.data:
+            continue
+        chunks.extend(
+            difflib.unified_diff(
+                before.decode("utf-8", "replace").splitlines(keepends=True),
+                f.data.decode("utf-8", "replace").splitlines(keepends=True),
+                fromfile=f"a/sglang/{f.relpath}",
+                tofile=f"b/sglang/{f.relpath}",
+            )
+        )
+    return "".join(chunks)
+
+
+def status(sglang_dir) -> dict:
+    """The state of each file and of the installation as a whole (schema in the CLI's `status --help`)."""
+    tree = _Tree(sglang_dir)
+    states = {f.state for f in tree.files}
+    overall = states.pop() if len(states) == 1 else ("mixed" if states == {PRISTINE, PATCHED} else "unknown")
+    return {
+        "schema": STATUS_SCHEMA,
+        "sglang_dir": str(tree.sglang_dir),
+        "state": overall,
+        "release": tree.release,
+        "declared_version": tree.declared,
+        "unverified": any(f.unverified for f in tree.files),
+        "overlay_version": replayssm_overlay.__version__,
+        "manifest_path": str(store.manifest_path(tree.sglang_dir)),
+        "manifest": tree.manifest,
+        "manifest_problem": tree.manifest_problem,
+        "kernels": fold.describe(),
+        "files": [f.as_json() for f in tree.files],
+    }
+
+
+class _Tree:
+    """One look at an installation: the three files' states, the manifest, the release they make up."""
+
+    def __init__(self, sglang_dir):
+        self.sglang_dir = pathlib.Path(sglang_dir).resolve()
+        if not self.sglang_dir.is_dir():
+            raise OverlayError(
+                f"{self.sglang_dir} is not a directory",
+                "pass the `sglang` package directory (the folder that holds srt/)",
+            )
+        self.manifest, self.manifest_problem = store.read_manifest(self.sglang_dir)
+        self.files = [classify(self.sglang_dir, rel, self.manifest) for rel in TARGET_FILES]
+        self.declared = declared_version(self.sglang_dir)
+        known = [f.releases for f in self.files if f.releases]
+        common = frozenset.intersection(*known) if known else frozenset()
+        self.release = (
+            self.declared if self.declared in common else max(common, key=_version_key) if common else None
+        )
+
+    def new_manifest(self, patched: dict) -> dict:
+        files = {f.relpath: _manifest_entry(f, patched.get(f.relpath, f.data)) for f in self.files}
+        return {
+            "schema": store.MANIFEST_SCHEMA,
+            "tool": "replayssm-overlay",
+            "overlay_version": replayssm_overlay.__version__,
+            "release": self.release,
+            "declared_sglang_version": self.declared,
+            "sglang_dir": str(self.sglang_dir),
+            "unverified": any(entry["unverified"] for entry in files.values()),
+            "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "files": files,
+            "kernels": fold.describe(),
+        }
+
+    def manifest_matches(self, manifest: dict) -> bool:
+        return self.manifest is not None and all(
+            self.manifest.get(key) == manifest[key]
+            for key in ("release", "files", "unverified", "sglang_dir")
+        )
+
+    def pristine_copies_match(self) -> bool:
+        return all(
+            (copy := store.read_pristine_copy(self.sglang_dir, f.relpath)) is not None
+            and store.sha256(copy) == f.base_sha256
+            for f in self.files
+        )
+
+
+def _manifest_entry(f, after: bytes) -> dict:
+    return {
+        "sha256_before": f.base_sha256,
+        "sha256_after": store.sha256(after),
+        "release": ",".join(sorted(f.releases)) or None,
+        "unverified": f.unverified,
+    }
+
+
+def _restore_written(written: list) -> list:
+    """Put back the bytes each written file had before; returns what happened to each, for the message."""
+    outcomes = []
+    for f in reversed(written):
+        try:
+            store.write_module(f.path, f.data)
+            outcomes.append(f"restored {f.relpath} to its previous bytes")
+        except OSError as err:
+            outcomes.append(f"COULD NOT restore {f.relpath} ({err}); reinstall SGLang")
+    return outcomes
+
+
+def _missing_refusal(f) -> str:
+    return (
+        f"{f.relpath}: {f.detail} ({f.path}). This is not an SGLang installation the overlay supports "
+        f"({', '.join(RELEASES)}); pass --sglang-dir with the right `sglang` package directory, or reinstall SGLang"
+    )
+
+
+def _unknown_refusal(f, declared) -> str:
+    expected = expected_hashes(f.relpath)
+    shown = {declared: expected[declared]} if declared in expected else expected
+    return (
+        f"{f.relpath}: sha256 {f.sha256} matches no known release (expected "
+        + ", ".join(f"{sha} for SGLang {release}" for release, sha in shown.items())
+        + f"; the installation declares version {declared or 'unknown'}). Reinstall the pristine file "
+        f"(pip install --force-reinstall --no-deps sglang=={next(iter(shown))}), or, if you have checked "
+        "that this content is compatible, rerun with --allow-unverified"
+    )
+
+
+def _version_key(release: str):
+    return tuple(int(part) if part.isdigit() else -1 for part in release.split("."))

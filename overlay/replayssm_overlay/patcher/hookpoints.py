@@ -1,0 +1,190 @@
+"""Where the overlay's lines go in each target file, found by structure (Python `ast`), never by line
+numbers or surrounding text.
+
+Each finder takes the parsed pristine file and its lines (bytes, terminators kept) and returns the
+`Insertion`s to make: whole new lines, placed before an existing line, at the indentation of the code
+they join. Only whole lines are inserted, so every inserted line is ours alone, carries the marker
+comment, and removing the marked lines gives back the pristine bytes exactly (see `edits.py`).
+
+The three hook points (the hook ABI is `replayssm_overlay.hooks`):
+  * configurator: in `KVCacheConfigurator._build_hybrid_req_pool`, the `if` whose body only raises the
+    KDA-only error. Its test `T` (a parenthesised multi-line condition) becomes
+    `(T) and _rso_hooks.keep_kda_only_guard(self)`, so SGLang's own condition is evaluated first and the
+    hook is asked only when stock SGLang is about to refuse.
+  * DFLASH: first in the body of `DFlashWorkerV2._update_target_mamba_state_after_verify`.
+  * DSPARK: first in the body of `DSparkWorkerV2._commit_target_mamba_states_after_verify`.
+"""
+
+import ast
+from dataclasses import dataclass
+
+from replayssm_overlay.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
+
+IMPORT_HOOKS = b"from replayssm_overlay import hooks as _rso_hooks"
+GUARD_HOOK = b"_rso_hooks.keep_kda_only_guard(self)"
+# The guard is the `if` whose whole body raises an error whose message names one of these words
+# (0.5.19 says "KDA (kimi_linear)", 0.5.23 only "KDA"); more than one such `if` is refused as ambiguous.
+KDA_ERROR_WORDS = ("KDA", "kimi_linear")
+
+
+class HookPointError(Exception):
+    """The file's structure is not the one the overlay knows how to hook (says what was looked for)."""
+
+
+@dataclass(frozen=True)
+class Insertion:
+    """New lines (code only: no marker, no line terminator) to put before 1-based line `before_line`."""
+
+    before_line: int
+    lines: tuple
+
+
+def configurator_insertions(tree: ast.Module, lines: list) -> list:
+    method = _method(tree, "KVCacheConfigurator", "_build_hybrid_req_pool")
+    guards = [node for node in ast.walk(method) if isinstance(node, ast.If) and _raises_kda_only_error(node)]
+    if len(guards) != 1:
+        raise HookPointError(
+            f"KVCacheConfigurator._build_hybrid_req_pool: expected exactly one `if` whose body raises the "
+            f"KDA-only error (a message naming {' or '.join(KDA_ERROR_WORDS)}), found {len(guards)}"
+        )
+    guard = guards[0]
+    test = guard.test
+    if_indent = _own_line_indent(lines, guard, "the KDA-only guard `if`")
+    test_indent = lines[test.lineno - 1][: test.col_offset]
+    after_test = lines[test.end_lineno - 1][test.end_col_offset :].strip()
+    if test.lineno == guard.lineno or test_indent.strip() or (after_test and not after_test.startswith(b"#")):
+        raise HookPointError(
+            "KVCacheConfigurator._build_hybrid_req_pool: the KDA-only guard's condition is not laid out "
+            "on lines of its own inside the `if (...)` brackets, the layout this patcher edits"
+        )
+    return [
+        Insertion(guard.lineno, (if_indent + IMPORT_HOOKS,)),
+        Insertion(test.lineno, (test_indent + b"(",)),
+        Insertion(test.end_lineno + 1, (test_indent + b") and " + GUARD_HOOK,)),
+    ]
+
+
+def commit_hook_insertions(tree, lines, class_name, method_name, params, hook_name) -> list:
+    """Lines that hand the method's arguments to `hooks.<hook_name>` and return if it committed."""
+    method = _method(tree, class_name, method_name)
+    args = method.args
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    if names != list(params) or args.vararg or args.kwarg:
+        raise HookPointError(
+            f"{class_name}.{method_name}: expected parameters ({', '.join(params)}), found ({_signature(args)})"
+        )
+    body = method.body[1:] if _is_docstring(method.body[0]) else method.body
+    if not body:
+        raise HookPointError(
+            f"{class_name}.{method_name}: the method has no statement to insert the hook before"
+        )
+    first = body[0]
+    indent = _own_line_indent(lines, first, f"the first statement of {class_name}.{method_name}")
+    def_indent = _own_line_indent(lines, method, f"def {method_name}")
+    unit = indent[len(def_indent) :]
+    if not indent.startswith(def_indent) or not unit:
+        raise HookPointError(f"{class_name}.{method_name}: its body is not indented below its `def`")
+    call = f"_rso_hooks.{hook_name}({', '.join(params)})".encode()
+    return [
+        Insertion(
+            _first_line(first),
+            (indent + IMPORT_HOOKS, indent + b"if " + call + b":", indent + unit + b"return"),
+        )
+    ]
+
+
+def dflash_insertions(tree, lines):
+    return commit_hook_insertions(
+        tree,
+        lines,
+        "DFlashWorkerV2",
+        "_update_target_mamba_state_after_verify",
+        ("self", "batch", "seq_lens_pre_verify", "commit_lens"),
+        "dflash_commit",
+    )
+
+
+def dspark_insertions(tree, lines):
+    return commit_hook_insertions(
+        tree,
+        lines,
+        "DSparkWorkerV2",
+        "_commit_target_mamba_states_after_verify",
+        ("self", "batch", "seq_lens_pre_verify", "seq_lens_post_verify", "commit_lens"),
+        "dspark_commit",
+    )
+
+
+#: target file -> its finder
+FINDERS = {
+    CONFIGURATOR: configurator_insertions,
+    DFLASH_WORKER: dflash_insertions,
+    DSPARK_WORKER: dspark_insertions,
+}
+
+
+def _method(tree: ast.Module, class_name: str, method_name: str):
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
+    if len(classes) != 1:
+        raise HookPointError(f"expected one top-level class {class_name}, found {len(classes)}")
+    methods = [
+        n
+        for n in classes[0].body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == method_name
+    ]
+    if len(methods) != 1:
+        raise HookPointError(f"expected one method {class_name}.{method_name}, found {len(methods)}")
+    return methods[0]
+
+
+def _raises_kda_only_error(node: ast.If) -> bool:
+    if len(node.body) != 1 or not isinstance(node.body[0], ast.Raise):
+        return False
+    exc = node.body[0].exc
+    if not isinstance(exc, ast.Call):
+        return False
+    text = " ".join(
+        c.value for c in ast.walk(exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+    )
+    return any(word in text for word in KDA_ERROR_WORDS)
+
+
+def _signature(args: ast.arguments) -> str:
+    """The parameter names as written (`self, *, batch, ...`), annotations and defaults left out."""
+    parts = (
+        [a.arg for a in args.posonlyargs] + (["/"] if args.posonlyargs else []) + [a.arg for a in args.args]
+    )
+    if args.vararg:
+        parts.append("*" + args.vararg.arg)
+    elif args.kwonlyargs:
+        parts.append("*")
+    parts += [a.arg for a in args.kwonlyargs]
+    if args.kwarg:
+        parts.append("**" + args.kwarg.arg)
+    return ", ".join(parts)
+
+
+def _is_docstring(stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
+
+
+def _first_line(stmt) -> int:
+    return min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+
+
+def _own_line_indent(lines: list, stmt, what: str) -> bytes:
+    """The whitespace before `stmt` (or its first decorator) on its first line; refuses a statement that
+    shares its first line with other code."""
+    lineno = _first_line(stmt)
+    line = lines[lineno - 1]
+    indent = line[: len(line) - len(line.lstrip(b" \t"))]
+    starts_here = (
+        line[len(indent) :].startswith(b"@") if lineno != stmt.lineno else stmt.col_offset == len(indent)
+    )
+    if not starts_here:
+        raise HookPointError(f"{what} does not start its own line")
+    return indent

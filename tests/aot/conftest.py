@@ -1,0 +1,48 @@
+"""Shared fixtures of the ahead-of-time kernel tests: one real build, made once per session.
+
+The build compiles SGLang 0.5.19's own GDN fold kernel (loaded by file path from the installed wheel,
+see benchmarks/aot_sglang_fold.py) for sm_90 with this venv's Triton, on this GPU-less machine, through
+the real `kernels build` command: two specializations (with and without a track slot) for one head
+shape and one window, about 5 s, in a child process without TRITON_INTERPRET (see aot_helpers). Tests
+that change a folder work on a copy.
+"""
+
+import shutil
+
+import pytest
+
+from tests.aot.aot_helpers import build_args, cli
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """A pristine artifact folder; never modify it (use `artifacts` for a private copy)."""
+    out = tmp_path_factory.mktemp("aot") / "artifacts"
+    run = cli(*build_args(out))
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+@pytest.fixture
+def artifacts(built, tmp_path):
+    copy = tmp_path / "artifacts"
+    shutil.copytree(built, copy)
+    return copy
+
+
+@pytest.fixture(scope="session")
+def fold_module():
+    from benchmarks.aot_sglang_fold import load_fold_module
+
+    return load_fold_module()
+
+
+@pytest.fixture(scope="session")
+def built_overlay(tmp_path_factory):
+    """The overlay's own fold (kernels/gdn_fold.py, default provider): one shape, window 16 (3 binaries)."""
+    out = tmp_path_factory.mktemp("aot-overlay") / "artifacts"
+    args = build_args(out)
+    del args[args.index("--provider") : args.index("--provider") + 2]
+    run = cli(*args)
+    assert run.returncode == 0, run.stderr
+    return out

@@ -1,0 +1,47 @@
+"""The verify -> commit cycle through the PATCHED `DFlashWorkerV2._update_target_mamba_state_after_verify`
+and `DSparkWorkerV2._commit_target_mamba_states_after_verify`, and the stock methods on the same input.
+
+A copy of the installed SGLang 0.5.19 is made in a temporary directory (the installed one is never
+touched); `harness.probe` runs every scenario in a subprocess importing the copy before patching (stock:
+the commit crashes) and after the overlay's patcher applied it (bitwise equal to token-by-token decode).
+"""
+
+import pytest
+
+from harness import sandbox
+from harness.cycle import SCENARIOS
+
+STOCK_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return sandbox.stock_and_patched_reports()
+
+
+@pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=[f"{s.name}-{s.algorithm}" for s in SCENARIOS])
+def test_scenario(reports, index):
+    stock, patched = reports["stock"]["cycle"][index], reports["patched"]["cycle"][index]
+    assert stock["scenario"] == patched["scenario"] == SCENARIOS[index].name
+    assert not stock["committed"] and stock["error"].startswith(STOCK_CRASH), stock
+    assert patched["committed"] and patched["bitwise_equal"], patched
+
+
+def test_patched_dflash_commits_the_track_step(reports):
+    tracked = [
+        r for r in reports["patched"]["cycle"] if r["algorithm"] == "DFLASH" and max(r["track_steps"]) >= 0
+    ]
+    assert tracked and all(r["checks"]["track slots == decode at track step"] for r in tracked)
+    steps = reports["stock"]["dflash_track_steps"]
+    assert steps["sglang_dflash_body"] == [-1] * len(steps["commit_lens"]) != steps["expected"]
+
+
+def test_the_overlays_own_fold_kernel_through_the_patched_commit():
+    """Where the build has the overlay's own fold kernels, the patched commit runs them (RSO_FOLD=overlay,
+    compiled by the interpreter here) for a head dim they cover (K=128), still bitwise equal to decode."""
+    pytest.importorskip("replayssm_overlay.kernels")
+    with sandbox.sglang_copy() as copy:
+        sandbox.apply_overlay(copy)
+        report = sandbox.run_probe(copy, part="cycle", quiet=True, fold="overlay", head_k_dim=128)
+    assert report["fold"]["fold"] == "overlay-jit", report["fold"]
+    assert all(result["bitwise_equal"] for result in report["cycle"]), report["cycle"]

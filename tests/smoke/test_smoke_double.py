@@ -1,0 +1,131 @@
+"""The stand-in server speaks the installed SGLang 0.5.19's API: every name it serves or accepts exists there.
+
+Names are read from the real release's source with `ast` (string constants, dataclass fields, function
+arguments), never copied. If the double drifts from the release, the smoke tests that use it stop
+meaning anything; these tests catch that.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import pathlib
+import urllib.error
+import urllib.request
+
+import pytest
+
+
+spec = importlib.util.find_spec("sglang")
+if spec is None or not spec.submodule_search_locations:
+    pytest.skip("needs the real SGLang 0.5.19 installed in the venv", allow_module_level=True)
+SGLANG = pathlib.Path(list(spec.submodule_search_locations)[0])
+DOUBLE = pathlib.Path(__file__).resolve().parents[1] / "doubles" / "sglang_server.py"
+
+
+def _tree(rel: str) -> ast.Module:
+    return ast.parse((SGLANG / rel).read_text())
+
+
+def _strings(rel: str) -> set[str]:
+    return {n.value for n in ast.walk(_tree(rel)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def _class_fields(rel: str, cls: str) -> set[str]:
+    node = next(n for n in ast.walk(_tree(rel)) if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body = resp.read()
+    return json.loads(body) if body.startswith((b"{", b"[")) else body.decode()
+
+
+def _post(url: str, payload: dict):
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _load_double():
+    spec_ = importlib.util.spec_from_file_location("sglang_double", DOUBLE)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    return module
+
+
+def test_request_fields_exist_in_the_release():
+    module = _load_double()
+    assert module.REQUEST_FIELDS <= _class_fields("srt/managers/io_struct.py", "GenerateReqInput")
+    assert module.SAMPLING_FIELDS <= _class_fields("srt/sampling/sampling_params.py", "SamplingParams")
+
+
+def test_generate_answer_uses_the_release_names(double):
+    url = double()
+    out = _post(url + "/generate", {"text": "def f(x):", "sampling_params": {"max_new_tokens": 8},
+                                    "return_logprob": True, "logprob_start_len": 3, "top_logprobs_num": 2,
+                                    "return_prompt_token_ids": True})
+    names = _strings("srt/managers/tokenizer_manager.py")
+    assert set(out) <= names
+    assert set(out["meta_info"]) <= names
+    assert {"spec_verify_ct", "spec_accept_length", "input_top_logprobs", "completion_tokens"} <= set(out["meta_info"])
+    # logprob entries: [logprob, token id, text], position 0 of the input side null (logprob_result_processor.py)
+    assert out["meta_info"]["input_top_logprobs"][0] is None
+    assert out["meta_info"]["input_token_logprobs"][0][0] is None
+    assert len(out["meta_info"]["input_token_logprobs"]) == len(out["prompt_token_ids"]) - 3
+
+
+def test_info_endpoints_and_metrics_use_the_release_names(double):
+    url = double()
+    _post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 8}})
+    info = _get(url + "/server_info")
+    extra = {"internal_states", "version", "startup_time", "kv_events"}  # http_server.server_info adds these
+    assert set(info) - extra <= _class_fields("srt/server_args.py", "ServerArgs")
+    assert extra <= _strings("srt/entrypoints/http_server.py")
+    assert set(info["internal_states"][0]) <= _strings("srt/managers/scheduler.py")
+    assert set(_get(url + "/model_info")) <= _strings("srt/entrypoints/http_server.py")
+    served = {line.split("{")[0].split(" ")[0] for line in _get(url + "/metrics").splitlines() if not line.startswith("#")}
+    assert served <= _strings("srt/observability/metrics_collector.py")
+    routes = _strings("srt/entrypoints/http_server.py")
+    assert {"/health", "/health_generate", "/generate", "/server_info", "/get_server_info", "/model_info",
+            "/get_model_info"} <= routes
+
+
+def test_stock_sglang_command_line_is_accepted(double):
+    url = double("--tp-size", "8", "--mem-fraction-static", "0.8", "--speculative-draft-model-path", "/m/draft",
+                 spec=True)
+    info = _get(url + "/server_info")
+    assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_model_path"] == "/m/draft"
+    assert info["enable_linear_replayssm_spec"] is True
+
+
+def test_unknown_request_field_is_refused(double):
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        _post(double() + "/generate", {"text": "x", "top_logprob_num": 2})
+    assert exc.value.code == 400
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_health_follows_the_health_file(double, tmp_path):
+    flag = tmp_path / "unhealthy"
+    url = double("--health-file", str(flag))
+    assert _status(url + "/health") == 200
+    flag.write_text("")
+    assert _status(url + "/health") == 503 and _status(url + "/health_generate") == 503
+    flag.unlink()
+    assert _status(url + "/health_generate") == 200
+
+
+def test_knobs_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SGLANG_DOUBLE_ARGS", "--unhealthy --tie-at 3")
+    args = _load_double().parse_args(["--port", "0"])
+    assert args.unhealthy and args.tie_at == 3
