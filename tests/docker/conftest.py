@@ -1,14 +1,18 @@
-"""Session fixtures for the image tests: one private Docker daemon per test session.
+"""Session fixtures for the image tests: one private Docker daemon, one stand-in base, one built image.
 
 The daemon is started by `tests.infra.dockerd` with its data under pytest's temporary directory, and
-stopped by its PID (its directories removed) when the session ends. Every image test shares it, so the
-stand-in base is built once per session.
+stopped by its PID (its directories removed) when the session ends. The stand-in base (Debian + the real
+SGLang 0.5.19 wheel, `tests/docker/standin.py`) is built once per session, and the overlay image is built
+on it once, through the real `make -f docker/docker.mk build`, for every test that inspects it.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tests.docker import standin
+from tests.docker.helpers import BuiltImage, make
+from tests.docker.helpers import overlay_version as read_overlay_version
 from tests.infra.dockerd import Dockerd, start_dockerd
 
 
@@ -20,3 +24,28 @@ def dockerd(tmp_path_factory) -> Dockerd:
         yield daemon
     finally:
         daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def standin_base(dockerd) -> str:
+    """The stand-in base with the real SGLang 0.5.19 (tag `rso-standin-sglang:0.5.19`)."""
+    standin.build_standin(dockerd, "0.5.19")
+    return "rso-standin-sglang:0.5.19"
+
+
+@pytest.fixture(scope="session")
+def overlay_version() -> str:
+    return read_overlay_version()
+
+
+@pytest.fixture(scope="session")
+def built_image(dockerd, standin_base, overlay_version, tmp_path_factory) -> BuiltImage:
+    """The overlay image built by `make build` on the stand-in (kernels skipped: no Triton there)."""
+    build_dir = tmp_path_factory.mktemp("docker-build")
+    proc = make(dockerd, "build", "BASE_STANDIN=true", f"BASE_IMAGE={standin_base}", "KERNELS=skip",
+                f"BUILD_DIR={build_dir}")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    ref = f"sglang-replayssm:0.5.19-{overlay_version}"
+    ids = {r: dockerd.docker("image", "inspect", "--format", "{{.Id}}", r).stdout.strip()
+           for r in (ref, standin_base)}
+    return BuiltImage(ref=ref, id=ids[ref], base=standin_base, base_id=ids[standin_base], log=proc.stdout)

@@ -7,23 +7,25 @@ install: a `.pth` puts `/sgl-workspace/sglang/python` on the path, the wheel's d
 site-packages with a `direct_url.json` that says editable). It has no torch, no Triton, no CUDA: enough
 for the overlay's patcher and CLI, which never import SGLang.
 
-Two layers, like a real image's: the debootstrap rootfs (`docker import`), then the SGLang layout plus a
+One `docker import` of one tarball (the debootstrap rootfs with the SGLang layout appended) with a
 non-default ENTRYPOINT/CMD/WORKDIR/ENV (so a test can check that the overlay image keeps them).
 
 Everything slow is cached under `<repo>/.cache/docker-standin/`, keyed by its inputs: the rootfs tarball
-(debootstrap version, mirror, suite, packages) and the downloaded wheels (by version). A rerun only
-imports the tarball and builds the small layout layer.
+(debootstrap version, mirror, suite, packages), the downloaded wheels (by version) and the stand-in
+tarball per SGLang release. A rerun only imports the tarball (about 10 s).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
@@ -36,12 +38,15 @@ SUITE = "bookworm"
 PACKAGES = ("python3", "python3-pip")
 PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"  # where Debian's python3 looks for pip-installed code
 SGLANG_PROJECT = "sgl-workspace/sglang/python"  # the editable project dir of the released image
+LAYOUT_MTIME = 1_700_000_000  # fixed, so the cached tarball does not depend on when it was made
 #: the stand-in's runtime settings; the overlay image must carry exactly these
 STANDIN_CONFIG = {
     "WorkingDir": "/sgl-workspace/sglang",
     "Entrypoint": ["/usr/bin/env"],
     "Cmd": ["python3", "-c", "print('stand-in sglang base')"],
-    "Env": {"RSO_STANDIN": "1", "PYTHONUNBUFFERED": "1"},
+    # PATH explicitly, as every real image has it (an image without one gets the builder's default added)
+    "Env": {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "RSO_STANDIN": "1",
+            "PYTHONUNBUFFERED": "1"},
 }
 
 
@@ -86,8 +91,12 @@ def rootfs_tarball() -> Path:
     try:
         rootfs = work / "rootfs"
         _log(f"debootstrap {SUITE} from {mirror} (about 40 s, cached afterwards)")
-        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-                        str(rootfs), mirror], check=True, capture_output=True)
+        proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+                               str(rootfs), mirror], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"debootstrap {SUITE} from {mirror} failed (exit {proc.returncode}); needs root, "
+                               f"the debootstrap package and the mirror (RSO_DEBIAN_MIRROR):\n"
+                               + "\n".join((proc.stdout + proc.stderr).splitlines()[-15:]))
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (rootfs / junk).glob("*"):
                 if entry.is_file():
@@ -114,61 +123,71 @@ def sglang_wheel(version: str) -> Path:
     return sorted(target.glob(f"sglang-{version}-*.whl"))[0]
 
 
-def _write_layout(wheel: Path, root: Path) -> None:
-    """Unpack `wheel` into `root` in the released image's layout (see the module docstring)."""
-    project = root / SGLANG_PROJECT
-    site = root / PYTHON_SITE
+def _layout(wheel: Path) -> dict[str, bytes]:
+    """The files of `wheel` in the released image's layout (see the module docstring): path -> bytes."""
+    files = {}
     with zipfile.ZipFile(wheel) as zf:
         dist_info = next(n.split("/")[0] for n in zf.namelist() if n.split("/")[0].endswith(".dist-info"))
         for name in zf.namelist():
-            if name.endswith("/"):
-                continue
             top = name.split("/")[0]
-            if top == "sglang":
-                dest = project / name
-            elif top == dist_info and not name.endswith("/RECORD"):
-                dest = site / name
-            else:
+            if name.endswith("/") or name.endswith("/RECORD"):
                 continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(zf.read(name))
-    (site / dist_info / "direct_url.json").write_text(
-        json.dumps({"url": f"file:///{SGLANG_PROJECT}", "dir_info": {"editable": True}}) + "\n")
-    (site / dist_info / "INSTALLER").write_text("pip\n")
-    (site / f"__editable__.{dist_info.removesuffix('.dist-info')}.pth").write_text(f"/{SGLANG_PROJECT}\n")
+            if top == "sglang":
+                files[f"{SGLANG_PROJECT}/{name}"] = zf.read(name)
+            elif top == dist_info:
+                files[f"{PYTHON_SITE}/{name}"] = zf.read(name)
+    files[f"{PYTHON_SITE}/{dist_info}/direct_url.json"] = (
+        json.dumps({"url": f"file:///{SGLANG_PROJECT}", "dir_info": {"editable": True}}) + "\n").encode()
+    files[f"{PYTHON_SITE}/{dist_info}/INSTALLER"] = b"pip\n"
+    files[f"{PYTHON_SITE}/__editable__.{dist_info.removesuffix('.dist-info')}.pth"] = f"/{SGLANG_PROJECT}\n".encode()
+    return files
 
 
-def _dockerfile_config() -> str:
-    env = " ".join(f"{k}={v}" for k, v in STANDIN_CONFIG["Env"].items())
-    return "\n".join([
-        f"ENV {env}",
-        f"WORKDIR {STANDIN_CONFIG['WorkingDir']}",
-        f"ENTRYPOINT {json.dumps(STANDIN_CONFIG['Entrypoint'])}",
-        f"CMD {json.dumps(STANDIN_CONFIG['Cmd'])}",
-    ])
-
-
-def debian_image(daemon: Dockerd) -> str:
-    """Import the cached rootfs into `daemon` (once per daemon); returns the image reference."""
-    tarball = rootfs_tarball()
-    ref = f"rso-standin-debian:{tarball.stem.rsplit('-', 1)[-1]}"
-    if daemon.docker("image", "inspect", ref, check=False).returncode != 0:
-        _log(f"docker import {tarball.name}")
-        daemon.docker("import", str(tarball), ref, timeout=600)
-    return ref
+def standin_tarball(sglang_version: str) -> Path:
+    """The rootfs tarball plus the SGLang layout (one tarball, so `docker import` makes the image in one
+    step; a build step per config line would copy the whole rootfs each time under `vfs`), cached."""
+    rootfs = rootfs_tarball()
+    wheel = sglang_wheel(sglang_version)
+    tarball = CACHE / f"standin-sglang-{sglang_version}-{_key(rootfs.name, wheel.name, wheel.stat().st_size)}.tar"
+    if tarball.exists():
+        return tarball
+    handle, name = tempfile.mkstemp(prefix=".standin-", suffix=".tar", dir=CACHE)
+    os.close(handle)
+    partial = Path(name)
+    try:
+        shutil.copyfile(rootfs, partial)
+        files = _layout(wheel)
+        dirs = sorted({str(Path(path).parents[i]) for path in files for i in range(len(Path(path).parents) - 1)})
+        with tarfile.open(partial, "a") as tar:
+            present = set(tar.getnames())  # the tar format allows duplicates; `docker import` does not
+            for directory in (d for d in dirs if f"./{d}" not in present):
+                info = tarfile.TarInfo(f"./{directory}")
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, LAYOUT_MTIME
+                tar.addfile(info)
+            for path, data in sorted(files.items()):
+                info = tarfile.TarInfo(f"./{path}")
+                info.size, info.mode, info.mtime = len(data), 0o644, LAYOUT_MTIME
+                tar.addfile(info, io.BytesIO(data))
+        partial.chmod(0o644)
+        partial.rename(tarball)
+    finally:
+        partial.unlink(missing_ok=True)
+    return tarball
 
 
 def build_standin(daemon: Dockerd, sglang_version: str = "0.5.19", tag: str | None = None) -> str:
-    """Build the stand-in base with the real `sglang==sglang_version` wheel; returns its image ID."""
+    """Import the stand-in base with the real `sglang==sglang_version` wheel; returns its image ID."""
     tag = tag or f"rso-standin-sglang:{sglang_version}"
-    base = debian_image(daemon)
-    wheel = sglang_wheel(sglang_version)
-    with tempfile.TemporaryDirectory(prefix="standin-ctx-") as ctx:
-        _write_layout(wheel, Path(ctx) / "layout")
-        (Path(ctx) / "Dockerfile").write_text(
-            f"FROM {base}\nCOPY layout/ /\n{_dockerfile_config()}\n")
-        _log(f"docker build {tag}")
-        daemon.docker("build", "--network", "none", "-q", "-t", tag, ctx, timeout=900)
+    tarball = standin_tarball(sglang_version)
+    changes = [
+        "ENV " + " ".join(f"{k}={v}" for k, v in STANDIN_CONFIG["Env"].items()),
+        f"WORKDIR {STANDIN_CONFIG['WorkingDir']}",
+        f"ENTRYPOINT {json.dumps(STANDIN_CONFIG['Entrypoint'])}",
+        f"CMD {json.dumps(STANDIN_CONFIG['Cmd'])}",
+    ]
+    _log(f"docker import {tarball.name} as {tag}")
+    daemon.docker("import", *(arg for change in changes for arg in ("--change", change)), str(tarball), tag,
+                  timeout=600)
     return image_id(daemon, tag)
 
 

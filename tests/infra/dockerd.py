@@ -42,6 +42,13 @@ class DockerdError(RuntimeError):
     """The daemon could not be started; the message carries the tail of its log."""
 
 
+class DockerCommandError(subprocess.CalledProcessError):
+    """A docker client command failed; unlike its base class, the message shows the client's stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{(self.stderr or '').strip()[-3000:]}"
+
+
 @dataclass
 class Dockerd:
     """A running private daemon. `root` holds data and the log; `run_dir` holds the socket and exec root."""
@@ -79,7 +86,7 @@ class Dockerd:
         proc = subprocess.run([DOCKER_CLIENT, *args], env=self.env(), capture_output=True, text=True,
                               timeout=timeout, input=input)
         if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+            raise DockerCommandError(proc.returncode, proc.args, proc.stdout, proc.stderr)
         return proc
 
     def alive(self) -> bool:

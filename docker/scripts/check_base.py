@@ -1,0 +1,179 @@
+"""Base check, run INSIDE the base image by its own Python during `docker build` (stage `base-check`).
+
+Why it exists: the overlay patches SGLang's files in place, so before anything is installed the build
+must prove that the base is the one the lock names and that its SGLang is the release the overlay
+supports, and stop with a message that names the failed check and the fix otherwise. Standard library
+only (it runs in whatever Python the base ships), and it never imports sglang: the package location is
+found with `importlib.util.find_spec`, the version from the installed distribution's metadata and from
+`sglang/_version.py` read with `ast`.
+
+    check_base.py identity --release 0.5.19 --base-image REF --base-digest sha256:... --standin true|false --report F
+        checks [pin], [location], [version]; writes the report F (JSON)
+    check_base.py pristine --report F
+        runs `python -m replayssm_overlay apply --dry-run --json` (the overlay wheel must be installed):
+        check [pristine], the sha256 of the three files and every hook point; adds the result to F
+
+Exit status 1 and a line `base-check failed [CHECK]: ...` plus `fix: ...` on stderr when a check fails.
+"""
+
+import argparse
+import ast
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class CheckFailed(Exception):
+    def __init__(self, check, what, fix):
+        super().__init__(f"base-check failed [{check}]: {what}\n  fix: {fix}")
+
+
+def check_pin(base_image, base_digest, standin):
+    """[pin] the base reference carries a real digest (or is an explicitly marked local stand-in)."""
+    if not DIGEST.match(base_digest or ""):
+        raise CheckFailed(
+            "pin", f"BASE_DIGEST={base_digest!r} is not a sha256 digest (docker/base.lock still holds the "
+            "placeholder, or the build was started without docker/docker.mk)",
+            "pin the real digest with `make -f docker/docker.mk pin-base` where the registry is reachable, "
+            "and build with `make -f docker/docker.mk build`")
+    if standin:
+        return {"kind": "stand-in", "image": base_image, "image_id": base_digest}
+    # FROM is `repo:tag@digest`, or the tag of a loaded tarball whose image ID docker.mk checked
+    if "@" in base_image and not base_image.endswith("@" + base_digest):
+        raise CheckFailed(
+            "pin", f"BASE_IMAGE={base_image!r} is not pinned to BASE_DIGEST={base_digest}",
+            "build with `make -f docker/docker.mk build`, which takes both from docker/base.lock")
+    return {"kind": "release", "image": base_image, "digest": base_digest}
+
+
+def find_sglang():
+    """[location] the sglang package this Python imports, located without importing it."""
+    spec = importlib.util.find_spec("sglang")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise CheckFailed(
+            "location", f"{sys.executable} cannot import a `sglang` package",
+            "the base must be an SGLang image (lmsysorg/sglang:v<release>-<lane>); if its Python is not "
+            "`python3` on PATH, set RSO_PYTHON")
+    package_dir = os.path.realpath(locations[0])
+    for relpath in ("__init__.py", "srt"):
+        if not os.path.exists(os.path.join(package_dir, relpath)):
+            raise CheckFailed("location", f"{package_dir} has no {relpath}: not an SGLang package directory",
+                              "use an official SGLang image as the base")
+    return package_dir
+
+
+def _version_from_source(path):
+    """`__version__ = "..."` in sglang/_version.py, read with ast (never executed)."""
+    try:
+        with open(path, "rb") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            if "__version__" in names and isinstance(node.value.value, str):
+                return node.value.value
+    return None
+
+
+def _distribution_version():
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_version(package_dir, release):
+    """[version] the installed SGLang declares exactly the supported release (metadata and source)."""
+    declared = {
+        "distribution": _distribution_version(),
+        "source": _version_from_source(os.path.join(package_dir, "_version.py")),
+    }
+    found = {v for v in declared.values() if v is not None}
+    if not found:
+        raise CheckFailed("version", f"SGLang at {package_dir} declares no version (no dist-info, no _version.py)",
+                          "use an official SGLang release image as the base")
+    if found != {release}:
+        raise CheckFailed(
+            "version", f"the base has SGLang {' / '.join(sorted(found))} at {package_dir}; this overlay "
+            f"supports {release} only (docker/base.lock SGLANG_RELEASE)",
+            f"build FROM lmsysorg/sglang:v{release}-<lane> pinned by digest (docker/README.md, "
+            "'When the base check fails'); another release needs the overlay ported first "
+            "(overlay/replayssm_overlay/releases.py)")
+    return declared
+
+
+def _optional_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def identity(args):
+    report = {
+        "pin": check_pin(args.base_image, args.base_digest, args.standin == "true"),
+        "python": {"executable": sys.executable, "version": platform.python_version()},
+    }
+    package_dir = find_sglang()
+    report["sglang"] = {"package_dir": package_dir, "release": args.release,
+                        "declared": check_version(package_dir, args.release)}
+    report["toolchain"] = {name: _optional_version(name) for name in ("torch", "triton")}
+    return report
+
+
+def pristine(args):
+    """[pristine] the overlay's own dry run: every target file's sha256 and hook point checks out."""
+    with open(args.report) as handle:
+        report = json.load(handle)
+    cmd = [sys.executable, "-m", "replayssm_overlay", "apply", "--dry-run", "--json",
+           "--sglang-dir", report["sglang"]["package_dir"]]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    if proc.returncode != 0:
+        raise CheckFailed(
+            "pristine", "`replayssm-overlay apply --dry-run` refused this base's SGLang files:\n"
+            + (proc.stderr.strip() or proc.stdout.strip()),
+            "the base's SGLang files are not the pristine files of the supported release; use the "
+            "unmodified release image pinned in docker/base.lock (docker/README.md, 'When the base check fails')")
+    dry_run = json.loads(proc.stdout)
+    report["pristine"] = {f["relpath"]: {"sha256_before": f["sha256_before"], "sha256_after": f["sha256_after"]}
+                          for f in dry_run["files"]}
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    ident = sub.add_parser("identity")
+    ident.add_argument("--release", required=True)
+    ident.add_argument("--base-image", required=True)
+    ident.add_argument("--base-digest", required=True)
+    ident.add_argument("--standin", choices=("true", "false"), default="false")
+    ident.add_argument("--report", required=True)
+    prist = sub.add_parser("pristine")
+    prist.add_argument("--report", required=True)
+    args = parser.parse_args(argv)
+    try:
+        report = identity(args) if args.step == "identity" else pristine(args)
+    except CheckFailed as failed:
+        print(failed, file=sys.stderr)
+        return 1
+    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
+    with open(args.report, "w") as handle:
+        json.dump(report, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    print(f"base-check {args.step}: ok ({args.report})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

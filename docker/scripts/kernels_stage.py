@@ -1,0 +1,65 @@
+"""Kernel stage, run INSIDE the image by the base's own Python during `docker build` (stage `kernels`).
+
+Why it exists: the fold kernels are compiled ahead of time for sm_90 with the base's own Triton, so a
+node never JIT-compiles them while serving. `RSO_KERNELS=build` (the default) compiles them into OUT;
+`RSO_KERNELS=skip` builds none and says so (bases without Triton, like the CI stand-in; the overlay then
+JIT-compiles at first use and reports it). Everything goes into a staging folder STAGE that the final
+stage copies over /opt/replayssm-overlay/: STAGE/kernels-stage.json (what happened; the image manifest
+embeds it) and, when built, STAGE/kernels/ (the artifact folder, which the loader finds at its default
+/opt/replayssm-overlay/kernels, so the image needs no ENV of its own).
+
+    kernels_stage.py --mode build|skip --stage DIR --model PRESET
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+# The AOT build command (issue C). Until `replayssm-overlay kernels build` lands, `build` is a no-op that
+# records "not built (pending)"; swapping in the real command is this one line:
+#   BUILD_COMMAND = [sys.executable, "-m", "replayssm_overlay", "kernels", "build", "--out", "{out}", "--model", "{model}"]
+BUILD_COMMAND = None
+FINAL_DIR = "/opt/replayssm-overlay/kernels"  # where the final stage puts STAGE/kernels
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", required=True)
+    parser.add_argument("--stage", required=True)
+    parser.add_argument("--model", required=True)
+    args = parser.parse_args(argv)
+    if args.mode not in ("build", "skip"):
+        print(f"kernels stage: RSO_KERNELS must be `build` or `skip`, got {args.mode!r}", file=sys.stderr)
+        return 2
+    os.makedirs(args.stage, exist_ok=True)
+    out = os.path.join(args.stage, "kernels")
+    record = {"mode": args.mode, "model": args.model, "dir": None}
+    if args.mode == "skip":
+        record["status"] = "skipped"
+        record["detail"] = "RSO_KERNELS=skip: no kernels compiled ahead of time; the fold kernels JIT-compile at first use"
+    elif BUILD_COMMAND is None:
+        record["status"] = "pending"
+        record["detail"] = "kernels: not built (pending): the AOT build command has not landed yet"
+    else:
+        cmd = [part.format(out=out, model=args.model) for part in BUILD_COMMAND]
+        print("kernels stage: " + " ".join(cmd), flush=True)
+        returncode = subprocess.run(cmd).returncode
+        if returncode != 0:
+            print(f"kernels stage: the AOT build failed (exit {returncode}); see its message above. A base "
+                  "without Triton cannot build them: use RSO_KERNELS=skip (make build KERNELS=skip)",
+                  file=sys.stderr)
+            return 1
+        record["status"] = "built"
+        record["detail"] = "compiled ahead of time: " + " ".join(cmd)
+        record["dir"] = FINAL_DIR
+    with open(os.path.join(args.stage, "kernels-stage.json"), "w") as handle:
+        json.dump(record, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    print(f"kernels stage: {record['status']}: {record['detail']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

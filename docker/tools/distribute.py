@@ -1,0 +1,124 @@
+"""`make save`, `make load` and `make push`: move a built image to sites with or without a registry.
+
+Why it exists: `docker load` drops the registry digest (moby/moby#22011), so an air-gapped site checks a
+loaded image by its IMAGE ID (the config digest, which survives save/load), never by a registry digest.
+`save` therefore writes three files next to each other, atomically:
+    DIR/<name>_<tag>.tar.gz          docker save, gzip-compressed (pigz when installed)
+    DIR/<name>_<tag>.tar.gz.sha256   `sha256sum` format, check with `sha256sum -c`
+    DIR/<name>_<tag>.image-id        the image ID that `docker load` must yield
+`load` checks the sha256, loads, and refuses unless the loaded image has that ID. `push` checks that the
+registry answers before it tags and pushes, and prints the pushed digest.
+
+    python3 docker/tools/distribute.py save --image NAME:TAG --dir DIR
+    python3 docker/tools/distribute.py load --tarball FILE
+    python3 docker/tools/distribute.py push --image NAME:TAG --registry HOST[:PORT][/PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from common import Refusal, check_registry_reachable, docker, image_id, log, run_tool
+from preflight import check_daemon
+
+
+def _need_image(image: str) -> str:
+    check_daemon()
+    found = image_id(image)
+    if found is None:
+        raise Refusal(f"no image {image} in this Docker daemon", "build it first (`make build`) or pass IMAGE=NAME:TAG")
+    return found
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save(image: str, out_dir: Path) -> Path:
+    found = _need_image(image)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = image.replace("/", "_").replace(":", "_")
+    tarball = out_dir / f"{stem}.tar.gz"
+    partial = out_dir / f".{stem}.tar.gz.partial"
+    gzip = shutil.which("pigz") or "gzip"
+    log(f"docker save {image} | {Path(gzip).name} -> {tarball}")
+    with open(partial, "wb") as sink:
+        saver = subprocess.Popen([os.environ.get("DOCKER", "docker"), "save", image], stdout=subprocess.PIPE)
+        zipper = subprocess.run([gzip, "-1", "-c"], stdin=saver.stdout, stdout=sink)
+        saver.stdout.close()
+        if saver.wait() != 0 or zipper.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise Refusal(f"docker save {image} failed", "see the message above (disk space?)")
+    partial.rename(tarball)
+    Path(f"{tarball}.sha256").write_text(f"{_sha256(tarball)}  {tarball.name}\n")
+    (out_dir / f"{stem}.image-id").write_text(found + "\n")
+    print(f"saved {image} {found}\n  {tarball}\n  {tarball}.sha256\n  {out_dir / (stem + '.image-id')}")
+    return tarball
+
+
+def load(tarball: Path) -> str:
+    check_daemon()
+    sums = Path(f"{tarball}.sha256")
+    id_file = tarball.parent / (tarball.name.removesuffix(".tar.gz") + ".image-id")
+    for needed in (tarball, sums, id_file):
+        if not needed.exists():
+            raise Refusal(f"{needed} is missing", "copy all three files that `make save` wrote")
+    expected_sum = sums.read_text().split()[0]
+    if _sha256(tarball) != expected_sum:
+        raise Refusal(f"{tarball} does not match its sha256 ({expected_sum}): the copy is damaged",
+                      "copy the tarball again")
+    docker("load", "-i", str(tarball), capture=False)
+    expected_id = id_file.read_text().strip()
+    tags = docker("image", "inspect", "--format", "{{join .RepoTags \" \"}}", expected_id, check=False)
+    if tags.returncode != 0:
+        raise Refusal(f"`docker load` did not yield image {expected_id}", "the tarball is not the one that was saved")
+    print(f"loaded {tags.stdout.strip()} {expected_id} (image ID checked)")
+    return expected_id
+
+
+def push(image: str, registry: str) -> str:
+    if not registry:
+        raise Refusal("push needs REGISTRY=host[:port][/path]", "e.g. `make push REGISTRY=registry.example.com/ml`")
+    _need_image(image)
+    check_registry_reachable(registry.split("/", 1)[0])
+    target = f"{registry.rstrip('/')}/{image.split('/')[-1]}"
+    docker("tag", image, target)
+    docker("push", target, capture=False)
+    digests = docker("image", "inspect", "--format", "{{join .RepoDigests \" \"}}", target).stdout.split()
+    pushed = next((d for d in digests if d.startswith(target.rsplit(":", 1)[0] + "@")), "")
+    print(f"pushed {target}\n  deploy by digest: {pushed}")
+    return pushed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    p_save = sub.add_parser("save")
+    p_save.add_argument("--image", required=True)
+    p_save.add_argument("--dir", required=True)
+    p_load = sub.add_parser("load")
+    p_load.add_argument("--tarball", required=True)
+    p_push = sub.add_parser("push")
+    p_push.add_argument("--image", required=True)
+    p_push.add_argument("--registry", default="")
+    args = parser.parse_args()
+    if args.action == "save":
+        save(args.image, Path(args.dir))
+    elif args.action == "load":
+        load(Path(args.tarball))
+    else:
+        push(args.image, args.registry)
+    return 0
+
+
+if __name__ == "__main__":
+    run_tool(main)

@@ -1,0 +1,45 @@
+"""Moving the image to a site without a registry: `make save` writes tarball + sha256 + image ID, and
+`make load` checks both and yields the same image ID; `make push` refuses an unreachable registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.docker.helpers import make
+
+pytestmark = pytest.mark.slow
+
+
+def test_save_then_load_yields_the_same_image_id(dockerd, built_image, tmp_path):
+    proc = make(dockerd, "save", f"IMAGE={built_image.ref}", f"DIST_DIR={tmp_path}")
+    assert proc.returncode == 0, proc.stdout
+    stem = built_image.ref.replace(":", "_")
+    tarball = tmp_path / f"{stem}.tar.gz"
+    assert (tmp_path / f"{stem}.image-id").read_text().strip() == built_image.id
+    assert (tmp_path / f"{stem}.tar.gz.sha256").read_text().split() [1] == tarball.name
+    dockerd.docker("tag", built_image.ref, "rso-keep:saved")  # keep the layers; drop the name the tarball restores
+    dockerd.docker("rmi", built_image.ref)
+    try:
+        proc = make(dockerd, "load", f"TARBALL={tarball}")
+        assert proc.returncode == 0, proc.stdout
+        assert f"{built_image.id} (image ID checked)" in proc.stdout
+        assert dockerd.docker("image", "inspect", "--format", "{{.Id}}", built_image.ref).stdout.strip() == built_image.id
+    finally:
+        dockerd.docker("tag", "rso-keep:saved", built_image.ref)
+        dockerd.docker("rmi", "rso-keep:saved")
+
+
+def test_load_refuses_a_damaged_copy(dockerd, built_image, tmp_path):
+    tarball = tmp_path / "img.tar.gz"
+    tarball.write_bytes(b"not an image")
+    (tmp_path / "img.tar.gz.sha256").write_text("0" * 64 + "  img.tar.gz\n")
+    (tmp_path / "img.image-id").write_text(built_image.id + "\n")
+    proc = make(dockerd, "load", f"TARBALL={tarball}")
+    assert proc.returncode != 0 and "the copy is damaged" in proc.stdout, proc.stdout
+
+
+def test_push_refuses_an_unreachable_registry(dockerd, built_image):
+    proc = make(dockerd, "push", f"IMAGE={built_image.ref}", "REGISTRY=127.0.0.1:9/ml")
+    assert proc.returncode != 0 and "registry 127.0.0.1:9 is not reachable" in proc.stdout, proc.stdout
+    proc = make(dockerd, "push", f"IMAGE={built_image.ref}")
+    assert proc.returncode != 0 and "push needs REGISTRY=" in proc.stdout, proc.stdout

@@ -1,0 +1,124 @@
+"""The overlay image, built for real (`make build`) on the stand-in base, inspected from the outside and
+from the inside: patched and verified, nothing else changed, labelled, runs like the base, small."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.docker.helpers import fs_snapshot, make, run_in
+
+pytestmark = pytest.mark.slow
+
+SGLANG_DIR = "/sgl-workspace/sglang/python/sglang"
+TARGETS = (
+    "srt/mem_cache/kv_cache_configurator.py",
+    "srt/speculative/dflash_worker_v2.py",
+    "srt/speculative/dspark_components/dspark_worker_v2.py",
+)
+# everything the overlay may add; anything else in the image that is not in the base fails the test
+ALLOWED_NEW = re.compile(
+    r"^(/opt/replayssm-overlay(/.*)?"
+    r"|/usr/local/lib/python3\.\d+/dist-packages/(replayssm_overlay|replayssm_smoke|sglang_replayssm_overlay-[^/]+\.dist-info)(/.*)?"
+    r"|/usr/local/bin/replayssm-(overlay|smoke)"
+    r"|/sgl-workspace/sglang/python/sglang-replayssm-overlay(/.*)?)$"
+)
+OCI_LABELS = ("title", "description", "version", "created", "revision", "source", "licenses", "base.name", "base.digest")
+
+
+def _labels(dockerd, ref):
+    return json.loads(dockerd.docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref).stdout)
+
+
+def test_image_is_tagged_with_release_and_overlay_version(built_image, overlay_version):
+    assert built_image.ref == f"sglang-replayssm:0.5.19-{overlay_version}"
+    assert "[4/4] image" in built_image.log and "base-check identity: ok" in built_image.log
+
+
+def test_three_files_patched_and_verified_inside_the_container(dockerd, built_image):
+    status = json.loads(dockerd.docker("run", "--rm", "--network", "none", built_image.ref,
+                                       "replayssm-overlay", "status", "--json").stdout)
+    assert status["state"] == "patched" and status["release"] == "0.5.19" and not status["unverified"]
+    assert status["sglang_dir"] == SGLANG_DIR
+    assert sorted(f["relpath"] for f in status["files"]) == sorted(TARGETS)
+    assert all(f["state"] == "patched" for f in status["files"])
+    verify = dockerd.docker("run", "--rm", "--network", "none", built_image.ref, "replayssm-overlay", "verify",
+                            check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_everything_else_is_byte_identical_to_the_base(dockerd, built_image):
+    before, after = fs_snapshot(dockerd, built_image.base), fs_snapshot(dockerd, built_image.ref)
+    changed = sorted(p for p in before if p in after and before[p] != after[p])
+    assert changed == sorted(f"{SGLANG_DIR}/{t}" for t in TARGETS)
+    assert [p for p in before if p not in after] == []
+    unexpected = sorted(p for p in after if p not in before and not ALLOWED_NEW.match(p))
+    assert unexpected == [], "files the overlay must not add (secrets, caches, stray build files)"
+    assert any(p.startswith("/opt/replayssm-overlay/") for p in after if p not in before)
+
+
+def test_labels_describe_base_overlay_and_patched_files(dockerd, built_image, overlay_version):
+    labels = _labels(dockerd, built_image.ref)
+    for key in OCI_LABELS:
+        assert labels.get(f"org.opencontainers.image.{key}"), key
+    assert labels["org.opencontainers.image.base.name"] == built_image.base
+    assert labels["org.opencontainers.image.base.digest"] == built_image.base_id
+    assert labels["org.replayssm.base.standin"] == "true"
+    assert labels["org.replayssm.overlay.version"] == overlay_version
+    assert labels["org.replayssm.sglang.release"] == "0.5.19"
+    assert labels["org.replayssm.kernels"] == "skip"
+    status = json.loads(run_in(dockerd, built_image.ref, "python3", "-m", "replayssm_overlay", "status", "--json").stdout)
+    patched = dict(item.split("=") for item in labels["org.replayssm.overlay.patched-files"].split(","))
+    assert patched == {f["relpath"]: f["sha256"] for f in status["files"]}
+
+
+def test_manifest_at_its_fixed_path(dockerd, built_image, overlay_version):
+    path = _labels(dockerd, built_image.ref)["org.replayssm.overlay.manifest"]
+    assert path == "/opt/replayssm-overlay/manifest.json"
+    manifest = json.loads(run_in(dockerd, built_image.ref, "cat", path).stdout)
+    assert manifest["image"]["overlay_version"] == overlay_version
+    assert manifest["image"]["base_digest"] == built_image.base_id
+    assert manifest["overlay"]["state"] == "patched"
+    assert manifest["overlay"]["manifest"]["files"]  # the patcher's own record, embedded
+    assert manifest["kernels"]["status"] == "skipped"
+    assert manifest["base_check"]["sglang"]["package_dir"] == SGLANG_DIR
+    assert manifest["base_check"]["sglang"]["declared"] == {"distribution": "0.5.19", "source": "0.5.19"}
+    assert set(manifest["base_check"]["pristine"]) == set(TARGETS)
+
+
+def test_image_runs_exactly_like_the_base(dockerd, built_image):
+    fields = "{{json .Config.Entrypoint}} {{json .Config.Cmd}} {{json .Config.WorkingDir}} {{json .Config.Env}} {{json .Config.User}}"
+    ours = dockerd.docker("image", "inspect", "--format", fields, built_image.ref).stdout
+    theirs = dockerd.docker("image", "inspect", "--format", fields, built_image.base).stdout
+    assert ours == theirs
+    assert (dockerd.docker("run", "--rm", "--network", "none", built_image.ref).stdout
+            == dockerd.docker("run", "--rm", "--network", "none", built_image.base).stdout)
+
+
+def test_image_diff_shows_the_effective_diff_and_small_added_layers(dockerd, built_image):
+    proc = make(dockerd, "image-diff", f"IMAGE={built_image.ref}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for target in TARGETS:
+        assert f"+++ b/sglang/{target}" in proc.stdout
+    assert "replayssm-overlay" in proc.stdout and "== manifest" in proc.stdout
+    added = re.search(r"layers added to the base: (\d+), ([\d.]+) MB", proc.stdout)
+    assert added and int(added.group(1)) >= 2
+    assert float(added.group(2)) < 50.0
+
+
+def test_kernel_stage_records_what_it_did(dockerd, built_image):
+    """The stage script, run in the image: `skip` and `build` are recorded; anything else is a usage
+    error. `build` is "pending" until the AOT command is wired in (kernels_stage.BUILD_COMMAND); then the
+    stand-in (no Triton) cannot build, and this test must assert that refusal instead."""
+    script = "/opt/replayssm-overlay/build/scripts/kernels_stage.py"
+    shell = (f"python3 {script} --mode build --stage /tmp/s --model qwen3.5-35b-a3b >/dev/null && cat /tmp/s/kernels-stage.json"
+             f" && python3 {script} --mode fast --stage /tmp/t --model m; echo rc=$?")
+    out = run_in(dockerd, built_image.ref, "sh", "-c", shell).stdout
+    record = json.loads(out[:out.index("rc=")])
+    assert record["mode"] == "build" and record["status"] == "pending"
+    assert "not built (pending)" in record["detail"]
+    assert out.strip().endswith("rc=2")
+    stage = json.loads(run_in(dockerd, built_image.ref, "cat", "/opt/replayssm-overlay/kernels-stage.json").stdout)
+    assert stage == {**stage, "mode": "skip", "status": "skipped", "dir": None}
