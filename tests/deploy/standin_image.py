@@ -63,12 +63,20 @@ class SavedImage:
     image_id: str
 
 
+def _debian_image(daemon) -> str:
+    """Import the docker helper's cached debootstrap rootfs (minimal Debian + python3) into `daemon`."""
+    ref = "rso-deploy-debian:bookworm"
+    daemon.docker("import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                  str(standin.rootfs_tarball()), ref, timeout=600)
+    return ref
+
+
 def build_saved_images(out_dir: Path) -> dict[str, SavedImage]:
     """Build v1 and v2 of the stand-in server image on a private builder daemon and save both."""
     out_dir.mkdir(parents=True, exist_ok=True)
     builder = start_dockerd(out_dir / "builder")
     try:
-        base = standin.debian_image(builder)
+        base = _debian_image(builder)
         files = {
             f"{APP_DIR}/sglang_server.py": DOUBLE.read_bytes(),
             f"{APP_DIR}/sglang/__init__.py": b'"""Stand-in package (tests/deploy; never ships)."""\n',

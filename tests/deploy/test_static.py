@@ -128,3 +128,20 @@ def test_flag_mapping_renders_sglang_arguments():
                                           "mamba-ssm-dtype", "page-size"]
     with pytest.raises(Exception, match="must be a mapping"):
         f.sglang_flag_args(["--enable-linear-replayssm-spec"])
+
+
+@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "status", "deploy-smoke"])
+def test_make_targets_need_an_inventory(target):
+    proc = subprocess.run(["make", "-f", "deploy/deploy.mk", target], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    assert f"INVENTORY is not set: make {target} INVENTORY=path/to/inventory" in proc.stderr
+
+
+def test_make_deploy_runs_the_deploy_playbook_with_batches_and_limit():
+    proc = subprocess.run(["make", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=inv/site", "LIMIT=gpu0*",
+                           'SERIAL=[1,"50%"]', "ANSIBLE_PLAYBOOK=ansible-playbook"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ANSIBLE_CONFIG=deploy/ansible.cfg", "ansible-playbook", "-i", "inv/site", "--limit",
+                                   "'gpu0*'", "-e", """'{"sglang_rollout_serial":""", """[1,"50%"]}'""",
+                                   "deploy/playbooks/deploy.yml"]
