@@ -157,6 +157,19 @@ def test_rollback_brings_back_the_previous_container(fleet, saved_images, tmp_pa
     state = fleet.nodes[0].state(SERVICE)
     assert state["current"]["image_id"] == v1.image_id and state["previous"]["image_id"] == v2.image_id
 
+    # a rollback whose gate fails swaps back: node1 keeps running the same v1 container
+    before = fleet.nodes[0].containers()
+    failing = write_inventory(fleet, tmp_path / "failing.json", v2, sglang_smoke_mode="command",
+                              sglang_smoke_command="/bin/false {url}")
+    result = ansible_playbook(fleet, "rollback.yml", failing, "--limit", "node1")
+    assert result.rc != 0
+    assert "node1: rollback failed (Run the smoke command against the server" in result.output
+    assert "swapped back to the container that ran before (healthy)" in " ".join(result.output.split())
+    after = fleet.nodes[0].containers()
+    assert {name: (c["id"], c["image"], c["running"]) for name, c in after.items()} == {
+        name: (c["id"], c["image"], c["running"]) for name, c in before.items()}
+    assert fleet.nodes[0].state(SERVICE)["current"]["image_id"] == v1.image_id
+
     # a node that was never switched has nothing to roll back to: a clear refusal, nothing changed
     before = fleet.nodes[2].containers()
     result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node3")
