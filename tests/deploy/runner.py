@@ -1,0 +1,99 @@
+"""Runs the deploy playbooks for the tests: inventories written from a Fleet, ansible-playbook inside
+the controller namespace, the recap parsed per host.
+
+Nothing here ships; it lives under tests/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.deploy.fleet import Fleet
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+BIN = Path(sys.executable).parent
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
+                   r"\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
+
+# What every test inventory shares: tarball mode, no GPU request (no GPU here), short health waits,
+# the minimal /generate gate.
+COMMON_VARS = {
+    "ansible_user": "root",
+    "ansible_python_interpreter": "/usr/bin/python3",
+    "sglang_image_source": "tarball",
+    "sglang_image_cuda_lane": "cu130",
+    "sglang_gpus": False,
+    "sglang_container_name": "sglang-test",
+    "sglang_port": 30000,
+    "sglang_tp_size": 2,
+    "sglang_speculative_algorithm": "DFLASH",
+    "sglang_flags": {"enable-linear-replayssm-spec": True, "speculative-num-draft-tokens": 16,
+                     "mamba-ssm-dtype": "float32"},
+    "sglang_extra_args": [],
+    "sglang_health_retries": 20,
+    "sglang_health_delay": 1,
+    "sglang_service_stop_timeout": 5,
+    "sglang_smoke_mode": "generate",
+    "sglang_preflight_min_free_gb": 1,
+    # CI containers lack CAP_SYS_RESOURCE, so memlock=-1 (the production default) cannot be set here
+    "sglang_ulimits": ["stack:67108864:67108864"],
+}
+
+
+@dataclass
+class Result:
+    rc: int
+    output: str
+    recap: dict[str, dict[str, int]]
+
+    def changed(self, host: str) -> int:
+        return self.recap[host]["changed"]
+
+
+def write_inventory(fleet: Fleet, path: Path, image, host_overrides: dict | None = None,
+                    extra_hosts: dict | None = None, **overrides) -> Path:
+    """An inventory of every fleet node for `image` (a SavedImage); overrides per host and for all,
+    and `extra_hosts` (name -> vars) that are not fleet nodes."""
+    hosts = {}
+    for node in fleet.nodes:
+        hosts[node.name] = {**node.inventory_vars(), **(host_overrides or {}).get(node.name, {})}
+    hosts.update(extra_hosts or {})
+    group_vars = {**COMMON_VARS, "ansible_ssh_private_key_file": str(fleet.key),
+                  "sglang_image": image.ref, "sglang_image_tarball": str(image.tarball),
+                  "sglang_image_id": image.image_id, **overrides}
+    path.write_text(json.dumps({"sglang_nodes": {"hosts": hosts, "vars": group_vars}}, indent=2))
+    return path
+
+
+def ansible_playbook(fleet: Fleet, playbook: str, inventory: Path, *args: str, timeout: float = 600) -> Result:
+    """Run deploy/playbooks/<playbook> from the controller namespace; output goes to stdout too (pytest -s)."""
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": str(DEPLOY / "ansible.cfg"),
+        # no SSH multiplexing: no mux process may outlive a play
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no -o UserKnownHostsFile=/dev/null",
+        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_LOCAL_TEMP": str(fleet.root / "ansible-local"),
+        "PATH": f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+        # the smoke gate runs this tree's smoke suite on the controller
+        "PYTHONPATH": os.pathsep.join([str(REPO / "smoke_tests"), str(REPO / "overlay"), str(REPO)]),
+    })
+    cmd = fleet.netns_cmd(str(BIN / "ansible-playbook"), "-i", str(inventory),
+                          str(DEPLOY / "playbooks" / playbook), *args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=DEPLOY)
+    output = proc.stdout + proc.stderr
+    log = fleet.root / "ansible.log"
+    with log.open("a") as fh:
+        fh.write(f"\n===== {playbook} {' '.join(args)} (rc {proc.returncode})\n{output}")
+    recap = {m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored"),
+                            map(int, m[1:]))) for m in RECAP.findall(output)}
+    return Result(rc=proc.returncode, output=output, recap=recap)

@@ -1,0 +1,147 @@
+"""The deploy tree without any node: ansible-lint (production profile), --syntax-check of every
+playbook, the inventory-level preflight (no connection, no facts) on the example inventory and on bad
+inventories, and the flag filter the roles render SGLang's command line with.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+BIN = Path(sys.executable).parent
+PLAYBOOKS = sorted(p.name for p in (DEPLOY / "playbooks").glob("*.yml"))
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_DEPRECATION_WARNINGS="False")
+    env["PATH"] = f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env
+
+
+def _playbook(inventory: Path, playbook: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / playbook),
+                           *args], capture_output=True, text=True, env=_env(), cwd=DEPLOY, timeout=300)
+
+
+@pytest.mark.slow
+def test_ansible_lint_production_profile():
+    proc = subprocess.run([str(BIN / "ansible-lint"), "--profile", "production", "--nocolor"],
+                          capture_output=True, text=True, cwd=DEPLOY, env=_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
+def test_syntax_check(playbook):
+    proc = _playbook(DEPLOY / "inventories" / "example", playbook, "--syntax-check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_example_inventory_passes_the_inventory_preflight():
+    proc = _playbook(DEPLOY / "inventories" / "example", "preflight.yml", "--tags", "static")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "failed=0" in proc.stdout and "gpu06" in proc.stdout
+
+
+GOOD = {
+    "ansible_host": "192.0.2.1",  # never contacted: the inventory level asserts on the controller
+    "sglang_image_source": "registry",
+    "sglang_image": "registry.example/overlay@sha256:" + "a" * 64,
+    "sglang_model_path": "/models/target",
+    "sglang_draft_model_path": "/models/draft",
+    "sglang_speculative_algorithm": "DFLASH",
+    "sglang_flags": {"enable-linear-replayssm-spec": True, "speculative-num-draft-tokens": 16},
+}
+BAD = {
+    "no model path": ({"sglang_model_path": ""}, "set sglang_model_path to the absolute path"),
+    "DFLASH without draft": ({"sglang_draft_model_path": ""}, "DFLASH needs a draft model"),
+    "DSPARK non-static ragged verify": (
+        {"sglang_speculative_algorithm": "DSPARK", "sglang_env": {"SGLANG_RAGGED_VERIFY_MODE": "dynamic"}},
+        "needs SGLANG_RAGGED_VERIFY_MODE=static (got 'dynamic')"),
+    "ReplaySSM flag missing": ({"sglang_flags": {"speculative-num-draft-tokens": 16}},
+                               "DFLASH without\n--enable-linear-replayssm-spec"),
+    "decode ring and spec-verify": (
+        {"sglang_flags": {"enable-linear-replayssm-spec": True, "enable-linear-replayssm": True}},
+        "exclude each other"),
+    "block size differs from draft tokens": (
+        {"sglang_flags": {"enable-linear-replayssm-spec": True, "speculative-num-draft-tokens": 16,
+                          "speculative-dflash-block-size": 8}},
+        "speculative-dflash-block-size (8) differs from"),
+    "image without digest": ({"sglang_image": "registry.example/overlay:latest"}, "has no digest"),
+    "tarball mode without image ID": ({"sglang_image_source": "tarball", "sglang_image": "overlay:1",
+                                      "sglang_image_tarball": "/nonexistent.tar"}, "tarball mode needs"),
+    "missing tarball": ({"sglang_image_source": "tarball", "sglang_image": "overlay:1",
+                         "sglang_image_tarball": "/nonexistent/overlay.tar", "sglang_image_id": "sha256:" + "b" * 64},
+                        "/nonexistent/overlay.tar does not exist on the\ncontroller"),
+    "role-owned flag in extra args": ({"sglang_extra_args": ["--port", "1234"]}, "sglang_extra_args set\nport"),
+    "unknown CUDA lane": ({"sglang_image_cuda_lane": "cu999"}, "unknown sglang_image_cuda_lane 'cu999'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_inventory_is_refused_before_any_node_is_contacted(case, tmp_path):
+    overrides, message = BAD[case]
+    inventory = tmp_path / "inv.json"
+    inventory.write_text(json.dumps({"sglang_nodes": {"hosts": {"gpu01": {**GOOD, **overrides}}}}))
+    proc = _playbook(inventory, "preflight.yml")
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert "gpu01: " in proc.stdout and " ".join(message.split()) in flat, proc.stdout[-3000:]
+    assert "PLAY [Preflight, level 2 - nodes]" not in proc.stdout
+
+
+def test_driver_floor_comes_from_the_base_lock(tmp_path):
+    lock = tmp_path / "base.lock"
+    lock.write_text("# a lock in docker/base.lock's format\nCUDA_LANE=cu777\nDRIVER_FLOOR_cu777=999.1.2\n")
+    inventory = tmp_path / "inv.json"
+    inventory.write_text(json.dumps({"sglang_nodes": {"hosts": {"gpu01": {**GOOD, "sglang_image_cuda_lane": "cu777"}}}}))
+    proc = _playbook(inventory, "preflight.yml", "--tags", "static", "-e", f"sglang_preflight_base_lock={lock}",
+                     "-e", "sglang_hosts=gpu01")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    proc = _playbook(inventory, "preflight.yml", "--tags", "static")  # without the lock: unknown lane
+    assert proc.returncode != 0 and "unknown sglang_image_cuda_lane 'cu777'" in proc.stdout
+
+
+def _filters():
+    path = DEPLOY / "roles" / "sglang" / "filter_plugins" / "sglang_filters.py"
+    spec = importlib.util.spec_from_file_location("sglang_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flag_mapping_renders_sglang_arguments():
+    f = _filters()
+    flags = {"enable-linear-replayssm-spec": True, "speculative-num-draft-tokens": 16, "disable-overlap-schedule": False,
+             "mamba-ssm-dtype": "float32", "json-model-override-args": None, "--page-size": 1}
+    assert f.sglang_flag_args(flags) == ["--enable-linear-replayssm-spec", "--speculative-num-draft-tokens", "16",
+                                         "--mamba-ssm-dtype", "float32", "--page-size", "1"]
+    assert f.sglang_flag_names(flags) == ["enable-linear-replayssm-spec", "speculative-num-draft-tokens",
+                                          "mamba-ssm-dtype", "page-size"]
+    with pytest.raises(Exception, match="must be a mapping"):
+        f.sglang_flag_args(["--enable-linear-replayssm-spec"])
+
+
+@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "status", "deploy-smoke"])
+def test_make_targets_need_an_inventory(target):
+    proc = subprocess.run(["make", "-f", "deploy/deploy.mk", target], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    assert f"INVENTORY is not set: make {target} INVENTORY=path/to/inventory" in proc.stderr
+
+
+def test_make_deploy_runs_the_deploy_playbook_with_batches_and_limit():
+    proc = subprocess.run(["make", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=inv/site", "LIMIT=gpu0*",
+                           'SERIAL=[1,"50%"]', "ANSIBLE_PLAYBOOK=ansible-playbook"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ANSIBLE_CONFIG=deploy/ansible.cfg", "ansible-playbook", "-i", "inv/site", "--limit",
+                                   "'gpu0*'", "-e", """'{"sglang_rollout_serial":""", """[1,"50%"]}'""",
+                                   "deploy/playbooks/deploy.yml"]
