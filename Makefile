@@ -9,6 +9,7 @@ include smoke_tests/smoke.mk
 include overlay/aot.mk
 include harness/harness.mk
 include docker/docker.mk
+include deploy/deploy.mk
 
 .PHONY: help setup demo test
 help: ## list the targets

