@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need (Docker daemon, debootstrap for the stand-in base image,
-# sshd, iproute2, rsync and python3-requests for the Ansible test hosts). Idempotent: installs only what is missing. Needs root
-# when something is missing; says what to install otherwise.
+# sshd, iproute2, rsync and python3-requests for the Ansible test hosts). Idempotent: installs only what
+# is missing. Needs root when something is missing; says what to install otherwise.
 set -euo pipefail
 need=(docker.io debootstrap openssh-server openssh-client iproute2 rsync make python3-requests)
 missing=()
