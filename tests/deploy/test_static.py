@@ -138,7 +138,7 @@ def test_make_targets_need_an_inventory(target):
 
 
 def test_make_deploy_runs_the_deploy_playbook_with_batches_and_limit():
-    proc = subprocess.run(["make", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=inv/site", "LIMIT=gpu0*",
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=inv/site", "LIMIT=gpu0*",
                            'SERIAL=[1,"50%"]', "ANSIBLE_PLAYBOOK=ansible-playbook"],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
