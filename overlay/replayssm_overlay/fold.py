@@ -45,33 +45,23 @@ def _mode() -> str:
     return mode
 
 
-def _loader():
-    try:
-        from replayssm_overlay.kernels import loader
-    except ImportError:
-        return None
-    return loader
-
-
 def _decide():
     """(kind, reason, kernels): kind is 'overlay-prebuilt', 'overlay-jit' or 'sglang'."""
     mode = _mode()
     if mode == "sglang":
         return "sglang", f"{ENV_FOLD}=sglang", None
-    loader = _loader()
-    if loader is None:
-        why = "this overlay build has no prebuilt-kernel loader"
-    else:
-        artifacts, why = loader.open_or_explain()
-        if artifacts is not None:
-            from replayssm_overlay.kernels import gdn_fold
+    from replayssm_overlay.kernels import loader
 
-            try:
-                pair = (artifacts.kernel(gdn_fold.gdn_replayssm_knorm_kernel),
-                        artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel))
-                return "overlay-prebuilt", f"prebuilt fold kernels from {artifacts.folder}", pair
-            except loader.ArtifactRefused as err:
-                why = err.what
+    artifacts, why = loader.open_or_explain()
+    if artifacts is not None:
+        from replayssm_overlay.kernels import gdn_fold
+
+        try:
+            pair = (artifacts.kernel(gdn_fold.gdn_replayssm_knorm_kernel),
+                    artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel))
+            return "overlay-prebuilt", f"prebuilt fold kernels from {artifacts.folder}", pair
+        except loader.ArtifactRefused as err:
+            why = err.what
     if mode == "overlay":
         return "overlay-jit", f"{ENV_FOLD}=overlay; no usable prebuilt kernels ({why}): Triton compiles them", None
     return "sglang", f"no usable prebuilt overlay kernels ({why}); {ENV_FOLD}=overlay would JIT-compile them", None
@@ -128,12 +118,9 @@ def fold_accepted_prefix(
 ) -> None:
     kind, _reason, kernels = _chosen()
     if kind != "sglang":
-        from replayssm_overlay.kernels import gdn_fold
+        from replayssm_overlay.kernels import gdn_fold, loader
 
-        refusals = (gdn_fold.FoldShapeNotSupported,)
-        loader = _loader()
-        if loader is not None:
-            refusals += (loader.ArtifactRefused,)
+        refusals = (gdn_fold.FoldShapeNotSupported, loader.ArtifactRefused)
         try:
             _overlay_fold(kernels, spec_state=spec_state, state_batch_indices=state_batch_indices,
                           accept_lens=accept_lens, mamba_track_indices=mamba_track_indices,
@@ -169,12 +156,13 @@ def describe() -> dict:
         return {"fold": "invalid", "reason": str(err), "decided": False}
     if mode == "sglang":
         return {"fold": "sglang", "reason": f"{ENV_FOLD}=sglang", "decided": False}
-    loader = _loader()
-    folder = loader.artifact_dir() if loader is not None else None
-    if folder is not None and (folder / "manifest.json").is_file():
+    from replayssm_overlay.kernels import loader
+
+    folder = loader.artifact_dir()
+    if (folder / "manifest.json").is_file():
         return {"fold": "overlay-prebuilt", "decided": False,
                 "reason": f"prebuilt kernels in {folder}, checked against this node at the first commit"}
-    why = "no prebuilt-kernel loader" if loader is None else f"no prebuilt kernels in {folder}"
+    why = f"no prebuilt kernels in {folder}"
     if mode == "overlay":
         return {"fold": "overlay-jit", "reason": f"{ENV_FOLD}=overlay and {why}", "decided": False}
     return {"fold": "sglang", "reason": why, "decided": False}
