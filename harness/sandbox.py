@@ -43,10 +43,13 @@ def installed_sglang() -> pathlib.Path:
 
 
 @contextlib.contextmanager
-def sglang_copy():
-    """A copy of the installed sglang package in a temporary directory (yields the copy's package dir);
-    the directory is deleted when the block ends."""
-    installed = installed_sglang()
+def sglang_copy(release: str = SUPPORTED_RELEASE):
+    """A copy of `release`'s sglang package (0.5.19: the installed one; later releases: see
+    `harness.release_trees`) in a temporary directory (yields the copy's package dir); the directory is
+    deleted when the block ends."""
+    from harness.release_trees import release_tree
+
+    installed = release_tree(release)
     root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
     try:
         target = root / "sglang"
@@ -92,6 +95,7 @@ def run_probe(
     quiet: bool = False,
     fold: str | None = None,
     head_k_dim: int | None = None,
+    ring_scenarios: str | None = None,
 ) -> dict:
     """Run `python -m harness.probe` against the copy at `sglang_dir`; returns its JSON report.
 
@@ -101,6 +105,8 @@ def run_probe(
         command.append("--quiet")
     if head_k_dim is not None:
         command += ["--head-k-dim", str(head_k_dim)]
+    if ring_scenarios is not None:
+        command += ["--ring-scenarios", ring_scenarios]
     completed = subprocess.run(
         command,
         env=probe_env(sglang_dir, fold),
