@@ -15,8 +15,8 @@ import replayssm_overlay
 from replayssm_overlay import patcher
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels.cli import register as register_kernels
-from replayssm_overlay.releases import RELEASES, TARGET_FILES
-from replayssm_overlay.target import find_sglang_dir
+from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES
+from replayssm_overlay.patcher.target import find_sglang_dir
 
 STATUS_SCHEMA_HELP = """\
 JSON (--json), schema 1:

@@ -18,7 +18,7 @@ The three hook points (the hook ABI is `replayssm_overlay.hooks`):
 import ast
 from dataclasses import dataclass
 
-from replayssm_overlay.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
+from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
 
 IMPORT_HOOKS = b"from replayssm_overlay import hooks as _rso_hooks"
 GUARD_HOOK = b"_rso_hooks.keep_kda_only_guard(self)"
