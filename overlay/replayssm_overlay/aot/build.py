@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import importlib
 import json
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from replayssm_overlay import __version__ as OVERLAY_VERSION
-from replayssm_overlay.cliutil import atomic_write_json, sha256_file
+from replayssm_overlay.cliutil import atomic_write_json, sha256_bytes, sha256_file
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import artifact_format as af
 
@@ -116,7 +115,7 @@ class Specialization:
             "attrs": self.attrs,
             "options": self.options,
         }
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+        return sha256_bytes(json.dumps(payload, sort_keys=True).encode())[:20]
 
 
 def normalize(entry, label: str) -> Specialization:
