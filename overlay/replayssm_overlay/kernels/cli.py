@@ -159,14 +159,9 @@ def _inspect(folder, arch) -> dict:
     facts = loader.NodeFacts.current(arch)
     path = loader.artifact_dir(folder)
     manifest, problems = loader.check(path, facts)
-    summary = None
-    if manifest is not None:
-        summary = {"builder": manifest.get("builder"), "target": manifest.get("target"),
-                   "built_at": manifest.get("built_at"),
-                   "kernels": {k["name"]: len(k["specializations"]) for k in manifest.get("kernels", [])}}
     return {"ok": not problems, "folder": str(path), "exists": path.is_dir(), "problems": problems,
             "node": {"triton": facts.triton, "python": facts.python, "platform": facts.platform, "arch": facts.arch},
-            "manifest": summary}
+            "manifest": am.summary(manifest) if manifest is not None else None}
 
 
 def _summary(manifest: dict) -> str:
