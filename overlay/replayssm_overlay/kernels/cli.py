@@ -130,7 +130,7 @@ def _check(args) -> int:
     if args.json:
         _print_json({k: report[k] for k in ("ok", "folder", "problems", "node", "manifest")})
     elif report["ok"]:
-        print(f"OK: this node can use the prebuilt kernels in {report['folder']} ({_summary(report['manifest'])})")
+        print(f"OK: this node can use the prebuilt kernels in {report['folder']} ({_summary_text(report['manifest'])})")
     else:
         print(f"REFUSED: {report['folder']}\n" + "\n".join(f"  - {p}" for p in report["problems"]))
     return 0 if report["ok"] else 1
@@ -150,7 +150,7 @@ def _status(args) -> int:
     print(f"node:     Triton {node['triton']}, {node['python']}, {node['platform']}, "
           f"GPU {'sm_%s' % node['arch'] if node['arch'] else 'none visible'}")
     if report["manifest"]:
-        print(f"manifest: {_summary(report['manifest'])}")
+        print(f"manifest: {_summary_text(report['manifest'])}")
     print("usable:   " + ("yes" if report["ok"] else "no\n" + "\n".join(f"  - {p}" for p in report["problems"])))
     return 0
 
@@ -164,7 +164,7 @@ def _inspect(folder, arch) -> dict:
             "manifest": am.summary(manifest) if manifest is not None else None}
 
 
-def _summary(manifest: dict) -> str:
+def _summary_text(manifest: dict) -> str:
     builder = manifest["builder"] or {}
     kernels = ", ".join(f"{name} x{count}" for name, count in manifest["kernels"].items())
     return (f"Triton {builder.get('triton')}, {builder.get('python')}, sm_{manifest['target'].get('arch')}, "
