@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, print_json
+from replayssm_overlay.cliutil import EXIT_OK, EXIT_USAGE, print_json
 
 from . import __version__, acceptance, exactness, gates, golden, metrics, report, runner, server, thresholds
 from .errors import SmokeEnvironmentError
@@ -148,7 +148,8 @@ def record(args, progress: Progress) -> dict:
 
 
 def run(args, progress: Progress) -> dict:
-    """The whole check; returns report.json's content (raises SmokeEnvironmentError for exit 2).
+    """The whole check; returns report.json's body (`report.finished_run`; raises SmokeEnvironmentError
+    for exit 2).
 
     Everything that can be refused (files, servers, golden recording) is checked before the first
     generation request.
@@ -206,33 +207,13 @@ def run(args, progress: Progress) -> dict:
     else:
         par = {"passed": None, "skipped": "no --reference or --golden given", "first_divergence": {}}
 
-    target_tps, ref_tps = _p50([g.tokens_per_s for g in gens]), _p50([g.tokens_per_s for g in ref_gens])
-    verdict = gates.collect(acc, cross, tf_summary, par)
-    ok = gates.passed(verdict)
-    return {
-        "passed": ok,
-        "exit_code": EXIT_OK if ok else EXIT_CHECK_FAILED,
-        "target": info.summary(),
-        "reference": ref_info.summary() if ref_info else None,
-        "golden": golden_info,
-        "thresholds": {"source": th_source, "profile": profile.name, "how_measured": profile.how_measured},
-        "notes": notes,
-        "acceptance": acc,
-        "acceptance_overall": overall,
-        "metrics_cross_check": cross,
-        "speed": {"concurrency": args.concurrency, "target_tokens_per_s_p50": target_tps,
-                  "reference_tokens_per_s_p50": ref_tps,
-                  "speedup": target_tps / ref_tps if target_tps and ref_tps else None},
-        "exactness": {"tie_margin": tie_margin, "tie_margin_source": tie_source, "teacher_forced": tf_summary,
-                      "parity": par},
-        "gates": verdict,
-        "requests": [
-            {"prompt_id": r.prompt_id, "class": r.cls, "completion_tokens": r.completion_tokens,
-             "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate,
-             "tokens_per_s": g.tokens_per_s}
-            for r, g in zip(rows, gens)
-        ],
-    }
+    return report.finished_run(
+        info=info, ref_info=ref_info, golden_info=golden_info, th_source=th_source, profile=profile, notes=notes,
+        acceptance=acc, acceptance_overall=overall, cross=cross, concurrency=args.concurrency,
+        target_tps=_p50([g.tokens_per_s for g in gens]), ref_tps=_p50([g.tokens_per_s for g in ref_gens]),
+        tie_margin=tie_margin, tie_source=tie_source, teacher_forced=tf_summary, parity=par,
+        verdict=gates.collect(acc, cross, tf_summary, par), rows=rows, gens=gens,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,13 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         print("replayssm-smoke: interrupted, no report written", file=sys.stderr)
         return 130
     except SmokeEnvironmentError as exc:
-        body = {"passed": False, "exit_code": exc.exit_code, "error": {"what": exc.what, "fix": exc.fix},
-                "target": {"url": args.target}, "gates": []}
+        body = report.stopped_run(exc, args.target)
         if args.json:  # the table on stdout carries the message otherwise
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
-    doc = {"schema": report.SCHEMA, "tool_version": __version__,
-           "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "duration_s": round(time.time() - started, 3), **body}
+    doc = report.document(body, started, time.time())
     try:
         written = report.write(args.out, doc)
         progress(f"wrote {', '.join(written)}")

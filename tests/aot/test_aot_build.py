@@ -34,6 +34,7 @@ def test_manifest_describes_the_build(built):
     assert manifest["builder"]["python"] == af.python_tag()
     assert manifest["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
     (kernel,) = manifest["kernels"]
+    assert set(kernel) == {"name", "module", "source_key", "arg_names", "specializations"}  # artifact_format's doc
     assert kernel["name"] == "gdn_replayssm_exact_fold_kernel"
     assert len(kernel["source_key"]) == 64 and kernel["arg_names"][0] == "h0"
     specs = kernel["specializations"]

@@ -42,7 +42,8 @@ def test_folder_comes_from_argument_then_env_then_default(monkeypatch, tmp_path)
 
 def test_matching_node_opens(built):
     artifacts = loader.ArtifactSet.open(built, facts())
-    assert artifacts.describe()["kernels"] == {"gdn_replayssm_exact_fold_kernel": 2}
+    assert artifacts.folder == built
+    assert af.summary(artifacts.manifest)["kernels"] == {"gdn_replayssm_exact_fold_kernel": 2}
 
 
 def test_refuses_another_triton_version(built):

@@ -59,7 +59,7 @@ class ModelPreset:
 
 
 PRESETS = {
-    "qwen3.5-35b-a3b": ModelPreset(32, 16, 128, 128, "the project's Qwen3.5-35B-A3B-like target (DESIGN.md)"),
+    "qwen3.5-35b-a3b": ModelPreset(32, 16, 128, 128, "the project's target, a Qwen3.5-35B-A3B-like hybrid GDN model"),
     "qwen3-next-80b-a3b": ModelPreset(
         32, 16, 128, 128, "Qwen3NextConfig defaults in sglang 0.5.19 srt/configs/qwen3_next.py (the 80B-A3B)"
     ),

@@ -4,18 +4,20 @@ The build (`replayssm_overlay.aot.build`) writes it and the loader (`loader.py`)
 manifest does not match the node; both need the same names, the same notion of "this Python" and the
 same view of a recorded kernel signature (`launcher_source`), so they live here, on the node side: the
 loader must not import the build. Imports nothing heavy: `kernels status` reads a manifest where Triton
-may be absent, and the build's launcher-module child process imports this by file path.
+may be absent, and the build's launcher-module child process imports this by file path. `summary` is
+what `kernels check` and `kernels status` report of a manifest.
 
 Layout of a folder (DIR):
     DIR/manifest.json
-    DIR/kernels/<kernel>/<spec_id>/<triton function name>.cubin   the sm_90 binary
-    DIR/kernels/<kernel>/<spec_id>/<triton function name>.json    Triton's metadata for it
-    DIR/modules/<triton cache key>/<module><EXT_SUFFIX>           gcc-built launcher modules (cuda_utils,
-                                                                  and __triton_launcher on Triton 3.6)
+    DIR/kernels/<kernel>/<spec_id>/<kernel>.cubin         the sm_90 binary
+    DIR/kernels/<kernel>/<spec_id>/<kernel>.json          Triton's metadata for it
+    DIR/modules/<triton cache key>/<module><EXT_SUFFIX>   gcc-built launcher modules (cuda_utils,
+                                                          and __triton_launcher on Triton 3.6)
+where <kernel> is the `@triton.jit` function's name.
 
 Manifest (schema `replayssm-overlay-kernels/1`): `schema`, `overlay_version`, `built_at` (UTC ISO),
 `build_seconds`, `builder` (`triton`, `python`, `platform`, `hostname`), `target` (`backend`, `arch`,
-`warp_size`), `kernels` (one entry per kernel: `name`, `function`, `module`, `source_key` (Triton's
+`warp_size`), `kernels` (one entry per kernel: `name`, `module`, `source_key` (Triton's
 `JITFunction.cache_key`), `arg_names`, `specializations[]` with `id`, `label`, `signature`, `constexprs`,
 `attrs`, `options`, `files`), `modules[]` (`name`, `key`, `file`) and `files` (relative path -> sha256 of
 every file above).
@@ -70,3 +72,11 @@ def launcher_source(arg_names: list, signature: dict, constexprs: dict) -> types
         signature={name: signature[name] for name in arg_names},
         constants=dict(constexprs),
     )
+
+
+def summary(manifest: dict) -> dict:
+    """What `kernels check` and `kernels status` show of a manifest: who built it, for what, when, and
+    how many specializations of each kernel."""
+    return {"builder": manifest.get("builder"), "target": manifest.get("target"), "built_at": manifest.get("built_at"),
+            "kernels": {k["name"]: len(k["specializations"]) for k in manifest.get("kernels", [])}}
+

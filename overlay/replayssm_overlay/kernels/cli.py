@@ -84,7 +84,7 @@ def _check(args) -> int:
     if args.json:
         print_json({k: report[k] for k in ("ok", "folder", "problems", "node", "manifest")})
     elif report["ok"]:
-        print(f"OK: this node can use the prebuilt kernels in {report['folder']} ({_summary(report['manifest'])})")
+        print(f"OK: this node can use the prebuilt kernels in {report['folder']} ({_summary_text(report['manifest'])})")
     else:
         print(f"REFUSED: {report['folder']}\n" + "\n".join(f"  - {p}" for p in report["problems"]))
     return EXIT_OK if report["ok"] else EXIT_CHECK_FAILED
@@ -104,7 +104,7 @@ def _status(args) -> int:
     print(f"node:     Triton {node['triton']}, {node['python']}, {node['platform']}, "
           f"GPU {'sm_%s' % node['arch'] if node['arch'] else 'none visible'}")
     if report["manifest"]:
-        print(f"manifest: {_summary(report['manifest'])}")
+        print(f"manifest: {_summary_text(report['manifest'])}")
     print("usable:   " + ("yes" if report["ok"] else "no\n" + "\n".join(f"  - {p}" for p in report["problems"])))
     return EXIT_OK
 
@@ -113,17 +113,12 @@ def _inspect(folder, arch) -> dict:
     facts = loader.NodeFacts.current(arch)
     path = loader.artifact_dir(folder)
     manifest, problems = loader.check(path, facts)
-    summary = None
-    if manifest is not None:
-        summary = {"builder": manifest.get("builder"), "target": manifest.get("target"),
-                   "built_at": manifest.get("built_at"),
-                   "kernels": {k["name"]: len(k["specializations"]) for k in manifest.get("kernels", [])}}
     return {"ok": not problems, "folder": str(path), "exists": path.is_dir(), "problems": problems,
             "node": {"triton": facts.triton, "python": facts.python, "platform": facts.platform, "arch": facts.arch},
-            "manifest": summary}
+            "manifest": af.summary(manifest) if manifest is not None else None}
 
 
-def _summary(manifest: dict) -> str:
+def _summary_text(manifest: dict) -> str:
     builder = manifest["builder"] or {}
     kernels = ", ".join(f"{name} x{count}" for name, count in manifest["kernels"].items())
     return (f"Triton {builder.get('triton')}, {builder.get('python')}, sm_{manifest['target'].get('arch')}, "

@@ -150,14 +150,6 @@ class ArtifactSet:
             )
         return PrebuiltKernel(self.folder, entry)
 
-    def describe(self) -> dict:
-        return {
-            "folder": str(self.folder),
-            "built_at": self.manifest.get("built_at"),
-            "builder": self.manifest.get("builder"),
-            "kernels": {name: len(entry["specializations"]) for name, entry in self._kernels.items()},
-        }
-
 
 class _Binary:
     """One specialization: the checks the arguments must pass, and its loaded kernel per device."""
