@@ -10,9 +10,10 @@ environment error (nothing is then reported as a pass).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, print_json
 
 from . import __version__, acceptance, exactness, gates, golden, metrics, report, runner, server, thresholds
 from .errors import SmokeEnvironmentError
@@ -210,7 +211,7 @@ def run(args, progress: Progress) -> dict:
     ok = gates.passed(verdict)
     return {
         "passed": ok,
-        "exit_code": 0 if ok else 1,
+        "exit_code": EXIT_OK if ok else EXIT_CHECK_FAILED,
         "target": info.summary(),
         "reference": ref_info.summary() if ref_info else None,
         "golden": golden_info,
@@ -246,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         except SmokeEnvironmentError as exc:
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
             return exc.exit_code
-        print(json.dumps(done) if args.json else f"recorded {done['prompts']} prompts to {done['recorded']}")
-        return 0
+        if args.json:
+            print_json(done, sort_keys=False, indent=None)
+        else:
+            print(f"recorded {done['prompts']} prompts to {done['recorded']}")
+        return EXIT_OK
     try:
         body = run(args, progress)
     except KeyboardInterrupt:
@@ -266,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"wrote {', '.join(written)}")
     except OSError as exc:
         print(f"replayssm-smoke: error: cannot write the report to {args.out}: {exc}", file=sys.stderr)
-        return 2
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.json else report.table(doc))
+        return EXIT_USAGE
+    if args.json:
+        print_json(doc, sort_keys=False)
+    else:
+        sys.stdout.write(report.table(doc))
     return doc["exit_code"]
 
 

@@ -8,9 +8,9 @@ so nothing partial can read as a pass.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from replayssm_overlay.cliutil import atomic_write
 
 from . import junit, plot
 
@@ -97,13 +97,6 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def write(out_dir: str, report: dict) -> list[str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,5 +104,5 @@ def write(out_dir: str, report: dict) -> list[str]:
     if report.get("acceptance"):
         files["accept_length.svg"] = plot.render(report["acceptance"])
     for name, text in files.items():
-        _atomic_write(out / name, text)
+        atomic_write(out / name, text)
     return [str(out / name) for name in files]

@@ -1,8 +1,10 @@
 """The manifest of a prebuilt kernel folder, and the facts of a Python/Triton/GPU it is checked against.
 
-The build (`aot.py`) writes it and the loader (`loader.py`) refuses a folder whose manifest does not match
-the node; both need the same names, the same notion of "this Python" and the same file hashing, so they
-live here. Imports nothing heavy: `kernels status` reads a manifest where Triton may be absent.
+The build (`replayssm_overlay.aot.build`) writes it and the loader (`loader.py`) refuses a folder whose
+manifest does not match the node; both need the same names, the same notion of "this Python" and the
+same view of a recorded kernel signature (`launcher_source`), so they live here, on the node side: the
+loader must not import the build. Imports nothing heavy: `kernels status` reads a manifest where Triton
+may be absent, and the build's launcher-module child process imports this by file path.
 
 Layout of a folder (DIR):
     DIR/manifest.json
@@ -21,12 +23,10 @@ every file above).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import platform
 import sys
-import tempfile
+import types
 from pathlib import Path
 
 SCHEMA = "replayssm-overlay-kernels/1"
@@ -45,14 +45,6 @@ def platform_key() -> str:
     return ",".join([platform.machine(), platform.system(), *platform.architecture()])
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def read_manifest(folder: Path) -> dict:
     """The parsed manifest; raises ValueError with a one-line reason if it is missing or not ours."""
     path = Path(folder) / MANIFEST_NAME
@@ -68,16 +60,13 @@ def read_manifest(folder: Path) -> dict:
     return manifest
 
 
-def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write JSON so that readers see the old file or the new one, never half of one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def launcher_source(arg_names: list, signature: dict, constexprs: dict) -> types.SimpleNamespace:
+    """The part of a Triton `ASTSource` its launcher reads. The launcher takes the signature's values in
+    order as the argument order, so the signature is rebuilt in `arg_names` order here (a manifest's
+    JSON need not keep it); the build's launcher modules and the loader both use this function, so node
+    and build agree."""
+    return types.SimpleNamespace(
+        fn=types.SimpleNamespace(arg_names=list(arg_names)),
+        signature={name: signature[name] for name in arg_names},
+        constants=dict(constexprs),
+    )
