@@ -54,13 +54,20 @@ def _random_schedule(steps: int, rows: int, draft_tokens: int, seed: int) -> tup
 
 
 RING_SCENARIOS = (
-    RingScenario("bonus only", "DFLASH", 4, ((1, 1),) * 10),
-    RingScenario("all accepted", "DFLASH", 4, ((4, 4),) * 7),
-    RingScenario("mixed lengths", "DSPARK", 4, _random_schedule(42, 3, 4, seed=1)),
-    RingScenario("padded rows", "DFLASH", 4, ((3, 1, 4),) * 4, padded_rows=(1,)),
-    RingScenario("track crossing", "DFLASH", 4, ((4, 2, 3),) * 6, seq_lens_pre=(5, 13, 20)),
-    RingScenario("track crossing", "DSPARK", 4, ((4, 2, 3),) * 6, seq_lens_pre=(5, 13, 20)),
-    RingScenario("flush every commit (L = N)", "DFLASH", 8, ((8, 5),) * 3, ring_len=8),
+    # N=2, L=8: the cursors advance 1 a step and flush when write_pos + 2N > L (step 5), so the
+    # bonus-only steps before and after a flush are both covered
+    RingScenario("bonus only", "DFLASH", 2, ((1, 1),) * 6, ring_len=8),
+    # flush at the third step, ring positions wrap past L=16 at the fifth
+    RingScenario("all accepted", "DFLASH", 4, ((4, 4),) * 5),
+    # the long run: 42 steps, several flushes and wraps, the distance from the recurrence over all
+    RingScenario("mixed lengths", "DSPARK", 4, _random_schedule(42, 2, 4, seed=1)),
+    RingScenario("padded rows", "DFLASH", 4, ((3, 1, 4),) * 3, padded_rows=(1,)),
+    # extra-buffer tracking (interval 8): several rows cross a multiple of 8 within the window
+    RingScenario("track crossing", "DFLASH", 4, ((4, 2, 3),) * 4, seq_lens_pre=(5, 13, 20)),
+    RingScenario("track crossing", "DSPARK", 4, ((4, 2, 3),) * 4, seq_lens_pre=(5, 13, 20)),
+    # L = N: write_pos + 2N > L after every commit, so every commit materializes (DFLASH's usual
+    # block 16 with SGLang's default L 16 is this case)
+    RingScenario("flush every commit (L = N)", "DFLASH", 8, ((8, 5),) * 2, ring_len=8),
 )
 
 
