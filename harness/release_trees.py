@@ -11,8 +11,10 @@ import os
 import pathlib
 import sys
 
-INSTALLED_RELEASE = "0.5.19"
-OTHER_RELEASES = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
+from replayssm_overlay.patcher.releases import SUPPORTED_RELEASES
+
+INSTALLED_RELEASE = "0.5.19"  # the venv's own SGLang
+OTHER_RELEASES = tuple(release for release in SUPPORTED_RELEASES if release != INSTALLED_RELEASE)
 RELEASES_VARIABLE = "RSO_SGLANG_RELEASES"
 
 

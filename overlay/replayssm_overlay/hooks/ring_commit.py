@@ -12,8 +12,6 @@ whose `seq_lens` are the pre-verify lengths. So the ring bookkeeping, flush rule
 slot are SGLang's code of that release, never a copy of it.
 """
 
-import torch
-
 
 class _PreVerifyBatch:
     """The worker's batch as SGLang's MTP commit reads it: `seq_lens` are the pre-verify lengths and
@@ -28,8 +26,10 @@ class _PreVerifyBatch:
         return getattr(self._batch, name)
 
 
-def chain_accept_index(request_count: int, draft_tokens: int, device) -> torch.Tensor:
+def chain_accept_index(request_count: int, draft_tokens: int, device):
     """`accept_index` of a linear draft chain: row i, step j is flat verify token i*N + j."""
+    import torch
+
     return torch.arange(request_count * draft_tokens, dtype=torch.int32, device=device).view(
         request_count, draft_tokens
     )
