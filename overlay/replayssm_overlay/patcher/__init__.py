@@ -127,7 +127,7 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
         result["message"] = (
             f"dry run: would patch {len(patched)} file(s) of SGLang {tree.release_label()}; "
             + (
-                "every hook point was found, but the unverified file(s) match no known release"
+                "every hook point was found; the unverified file(s) are checked by structure only"
                 if tree.unverified_files()
                 else "every file and hook point checks out"
             )
