@@ -28,10 +28,10 @@ def _case(name, device="cpu", seed=0):
                      track=track, device=device, seed=seed)
 
 
-def _fold(case, tree_numpy=None):
+def _fold(case, tree_numpy=None, norm=gdn_fold.NORM):
     state = case.initial.clone()
     gdn_fold.fold_all_layers(state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens,
-                             case.track_slots, case.track_steps, tree_numpy=tree_numpy)
+                             case.track_slots, case.track_steps, norm=norm, tree_numpy=tree_numpy)
     return state
 
 
@@ -55,13 +55,14 @@ def _check_against(case, state, expected, tracked):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
+@pytest.mark.parametrize("norm", sorted(gdn_fold.NORM_NAMES))
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_numpy_tree_bitwise_equals_decode_under_interpreter(name):
+def test_numpy_tree_bitwise_equals_decode_under_interpreter(name, norm):
     case = _case(name, seed=11)
     expected, tracked = decode_reference(case)
     if case.track_slots is not None:
         assert tracked, "the case must exercise a track store"
-    _check_against(case, _fold(case, tree_numpy=True), expected, tracked)
+    _check_against(case, _fold(case, tree_numpy=True, norm=gdn_fold.NORM_NAMES[norm]), expected, tracked)
 
 
 def _emulated_gpu_tree(case):
@@ -100,9 +101,10 @@ def _emulated_gpu_tree(case):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
-def test_gpu_tree_matches_its_emulation_under_interpreter():
+@pytest.mark.parametrize("norm", sorted(gdn_fold.NORM_NAMES))
+def test_gpu_tree_matches_its_emulation_under_interpreter(norm):
     case = _case("window4-track", seed=5)
-    state = _fold(case, tree_numpy=False)
+    state = _fold(case, tree_numpy=False, norm=gdn_fold.NORM_NAMES[norm])
     assert torch.equal(state, _emulated_gpu_tree(case))
     # and the two trees do differ, so the test above tells them apart
     assert not torch.equal(state, _fold(case, tree_numpy=True))
@@ -128,14 +130,19 @@ def test_unsupported_head_dim_is_refused():
 
 def test_aot_specializations_describe_every_runtime_argument():
     specs = gdn_fold.aot_specializations(32, 16, 128, 128, 16)
-    assert {s["kernel"].__name__ for s in specs} == {"gdn_replayssm_knorm_kernel", "gdn_replayssm_fold_kernel"}
+    assert {s["kernel"].__name__ for s in specs} == {"gdn_replayssm_fold_kernel", "conv_window_rollback_kernel"}
     for spec in specs:
         names = set(spec["kernel"].arg_names)
         assert set(spec["signature"]) | set(spec["constexprs"]) == names
         assert not set(spec["signature"]) & set(spec["constexprs"])
-        assert spec["constexprs"]["TREE_NUMPY"] is False
-    assert sorted(s["constexprs"].get("HAS_TRACK") for s in specs if "HAS_TRACK" in s["constexprs"]) == [False, True]
+        assert list(spec["constexprs"]) == spec["kernel"].arg_names[-len(spec["constexprs"]):]  # launched last
+    folds = [s for s in specs if s["kernel"] is gdn_fold.gdn_replayssm_fold_kernel]
+    assert sorted(s["constexprs"]["HAS_TRACK"] for s in folds) == [False, True]
+    assert all(s["constexprs"]["TREE_NUMPY"] is False and s["constexprs"]["NORM"] == gdn_fold.NORM for s in folds)
+    # geometry and window are runtime arguments: every covered shape asks for the same binaries
+    assert gdn_fold.aot_specializations(16, 4, 128, 128, 4) == specs
     assert gdn_fold.aot_specializations(32, 16, 64, 128, 16) == []
+    assert gdn_fold.aot_specializations(32, 12, 128, 128, 16) == []  # HV not a multiple of H
 
 
 @pytest.mark.gpu

@@ -50,6 +50,10 @@ SUPPORTED_K = 128  # the tree above is the one the decode kernel has for K = 128
 BLOCK_V = 16  # columns per program
 NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
+# Where k is l2-normalized (the decode kernel normalizes every step's k):
+NORM_IN_FOLD = tl.constexpr(0)  # inside the fold, per step: one launch, no scratch
+NORM_SCRATCH_K = tl.constexpr(1)  # a launch of its own first, into an L*B*H*RL*K fp32 scratch
+NORM = 0  # the server's choice (notes/perf.md)
 
 
 def lanes_from_front(version: str | None = None) -> bool:
@@ -107,6 +111,17 @@ def _dot_k(x, y, TREE_NUMPY: tl.constexpr):
 
 
 @triton.jit
+def _l2_normalized(k, TREE_NUMPY: tl.constexpr):
+    """k / sqrt(sum k^2 + 1e-6) with the decode kernel's tree and ops. In the fold's tile every column
+    holds the same k, and LLVM computes the norm once per thread (checked in the SASS: notes/perf.md)."""
+    if TREE_NUMPY:  # numpy's pairwise sum needs one k vector, not the [128, columns] tile
+        k1 = tl.max(tl.max(k, 6, keep_dims=True), 3, keep_dims=True)
+        return k / tl.sqrt(_dot_k(k1, k1, TREE_NUMPY) + 1e-6)
+    else:
+        return k / tl.sqrt(_dot_k(k, k, TREE_NUMPY) + 1e-6)
+
+
+@triton.jit
 def _k_offsets(FRONT: tl.constexpr):
     """k on the tile axes (see above)."""
     if FRONT:
@@ -131,7 +146,7 @@ def _v_offsets(FRONT: tl.constexpr, BV: tl.constexpr):
         return tl.arange(0, BV)[None, None, None, None, None, None, :, None, None, None, None]
 
 
-@triton.jit(do_not_specialize=["rawk_layer_rows", "rawk_slot_rows"])
+@triton.jit(do_not_specialize=["rawk_layer_rows", "rawk_slot_rows", "H", "RL"])
 def gdn_replayssm_knorm_kernel(
     rawk,  # [L, S, H, RL, K] bf16
     slots,  # [B] int32
@@ -139,43 +154,42 @@ def gdn_replayssm_knorm_kernel(
     knorm,  # [L, B, H, RL, K] fp32 scratch: the accepted steps' l2-normalized k
     rawk_layer_rows,  # rawk strides in units of K
     rawk_slot_rows,
-    H: tl.constexpr,
+    H,  # key heads per rank
+    RL,  # ring length (verify window)
     K: tl.constexpr,
-    RL: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
     NULL_ID: tl.constexpr,
     FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
-    """Grid (H * L, B). Normalizes each accepted step's k once per (layer, request, k-head)."""
+    """Grid (H * L, B, RL): one accepted step's k per program, normalized once per (layer, request,
+    k-head) (NORM_SCRATCH_K)."""
     i_hl = tl.program_id(0)
     i_n = tl.program_id(1)
+    t = tl.program_id(2)
     i_layer = (i_hl // H).to(tl.int64)
     i_h = i_hl % H
     slot = tl.load(slots + i_n).to(tl.int64)
     if slot <= NULL_ID:
         return
-    n_commit = tl.load(accept_lens + i_n)
+    if t >= tl.load(accept_lens + i_n):
+        return
     o_k = _k_offsets(FRONT)
-    p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL) * K + o_k
-    p_out = knorm + ((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL * K + o_k
-    for t in range(0, n_commit):
-        b_k = tl.load(p_k + t * K).to(tl.float32)
-        if USE_QK_L2NORM:
-            b_k = b_k / tl.sqrt(_dot_k(b_k, b_k, TREE_NUMPY) + 1e-6)
-        tl.store(p_out + t * K, b_k)
+    p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL + t) * K + o_k
+    p_out = knorm + (((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL + t) * K + o_k
+    tl.store(p_out, _l2_normalized(tl.load(p_k).to(tl.float32), TREE_NUMPY))
 
 
 @triton.jit(
     do_not_specialize=[
-        "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
-        "gate_layer_stride", "gate_slot_stride",
+        "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
+        "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "RL",
     ]
 )
 def gdn_replayssm_fold_kernel(
     state,  # [L, S, HV, V, K] fp32, in place
     rawv,  # [L, S, HV, RL, V] bf16
-    knorm,  # [L, B, H, RL, K] fp32, from gdn_replayssm_knorm_kernel
+    rawk,  # [L, S, H, RL, K] bf16 (NORM_IN_FOLD)
+    knorm,  # [L, B, H, RL, K] fp32 from gdn_replayssm_knorm_kernel (NORM_SCRATCH_K; else any fp32 pointer)
     gate,  # [L, S, HV, RL] fp32
     beta,  # [L, S, HV, RL] fp32 (same strides as gate)
     slots,  # [B] int32, < 0: padded row
@@ -186,16 +200,19 @@ def gdn_replayssm_fold_kernel(
     state_slot_tiles,
     rawv_layer_rows,  # rawv strides in units of V
     rawv_slot_rows,
+    rawk_layer_rows,  # rawk strides in units of K
+    rawk_slot_rows,
     gate_layer_stride,  # gate and beta strides in elements
     gate_slot_stride,
-    H: tl.constexpr,
-    HV: tl.constexpr,
+    HV,  # value heads per rank
+    GROUP,  # value heads per key head (HV // H)
+    V,  # value head dim (a multiple of BV; 16-divisible, which the prebuilt binaries assume)
+    RL,  # ring length (verify window)
     K: tl.constexpr,
-    V: tl.constexpr,
     BV: tl.constexpr,
-    RL: tl.constexpr,
     NULL_ID: tl.constexpr,
     HAS_TRACK: tl.constexpr,
+    NORM: tl.constexpr,
     FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
@@ -205,7 +222,7 @@ def gdn_replayssm_fold_kernel(
     i_hvl = tl.program_id(2)
     i_layer = (i_hvl // HV).to(tl.int64)
     i_hv = i_hvl % HV
-    i_h = i_hv // (HV // H)
+    i_h = i_hv // GROUP
 
     slot = tl.load(slots + i_n).to(tl.int64)
     if slot <= NULL_ID:
@@ -227,8 +244,11 @@ def gdn_replayssm_fold_kernel(
     b_h = tl.load(p_h)
 
     # k is read with the tile's own shape (each column's thread reads the k it needs): that keeps
-    # Triton's layout for the loop the state's, with j, a4..a1 in a thread and a0 x V across lanes
-    p_k = knorm + ((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL * K + o_k + 0 * o_v
+    # Triton's layout for the loop the state's, with j, a4, a3 in a thread and a2..a0 x V across lanes
+    if NORM == NORM_SCRATCH_K:
+        p_k = knorm + ((i_layer * tl.num_programs(1) + i_n) * (HV // GROUP) + i_h) * RL * K + o_k + 0 * o_v
+    else:
+        p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL) * K + o_k + 0 * o_v
     p_v = rawv + (i_layer * rawv_layer_rows + slot * rawv_slot_rows + i_hv * RL) * V + o_v
     p_g = gate + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
     p_b = beta + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
@@ -237,12 +257,14 @@ def gdn_replayssm_fold_kernel(
     n_g = tl.load(p_g)
     n_b = tl.load(p_b)
     for t in range(0, n_commit):
-        b_k = tl.load(p_k + t * K)
+        b_k = tl.load(p_k + t * K).to(tl.float32)
+        if NORM == NORM_IN_FOLD:
+            b_k = _l2_normalized(b_k, TREE_NUMPY)
         b_v = n_v.to(tl.float32)
         b_g = n_g
         b_beta = n_b
         # the next step's v, g, beta are in flight while this step computes (prefetching k too costs
-        # 64 registers and was slower on the H200: notes/perf.md)
+        # registers and was slower on the H200: notes/perf.md)
         more = t + 1 < n_commit
         n_v = tl.load(p_v + (t + 1) * V, mask=more, other=0.0)
         n_g = tl.load(p_g + (t + 1), mask=more, other=0.0)
@@ -264,12 +286,6 @@ def _tree_numpy() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _as_int32(t):
-    import torch
-
-    return t if t.dtype == torch.int32 and t.stride(0) == 1 else t.to(torch.int32).contiguous()
-
-
 def _units(stride: int, unit: int, what: str) -> int:
     if stride % unit:
         raise FoldShapeNotSupported(f"{what} stride {stride} is not a multiple of {unit}")
@@ -281,7 +297,8 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
     L, S, HV, V, K = state.shape
     H, RL = rawk.shape[2], rawv.shape[3]
     if K != SUPPORTED_K or V % BLOCK_V or HV % H:
-        raise FoldShapeNotSupported(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % 32 == 0)")
+        raise FoldShapeNotSupported(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % {BLOCK_V} == 0, "
+                                    "HV a multiple of H)")
     if str(state.dtype) != "torch.float32" or str(gate.dtype) != "torch.float32" or beta.dtype != gate.dtype:
         raise FoldShapeNotSupported(f"state/gate/beta dtypes {state.dtype}/{gate.dtype}/{beta.dtype}")
     if rawv.dtype != rawk.dtype:
@@ -300,6 +317,63 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
         raise FoldShapeNotSupported("gate/beta/raw rings disagree in shape or strides")
 
 
+def runtime_args(state, rawv, rawk, gate, beta) -> tuple:
+    """The fold's integer arguments for this pool (strides in the kernel's units, then the geometry), in
+    the kernel's order; raises FoldShapeNotSupported where the pool is not one the kernel reproduces."""
+    check_shapes(state, rawv, rawk, gate, beta)
+    _, _, HV, V, K = state.shape
+    H, RL = rawk.shape[2], rawv.shape[3]
+    return (
+        _units(state.stride(0), K * V, "state layer"),
+        _units(state.stride(1), K * V, "state slot"),
+        _units(rawv.stride(0), V, "rawv layer"),
+        _units(rawv.stride(1), V, "rawv slot"),
+        _units(rawk.stride(0), K, "rawk layer"),
+        _units(rawk.stride(1), K, "rawk slot"),
+        gate.stride(0),
+        gate.stride(1),
+        HV, HV // H, V, RL,
+    )
+
+
+def fold_grid(state, batch: int) -> tuple:
+    L, _, HV, V, _ = state.shape
+    return (V // BLOCK_V, batch, HV * L)
+
+
+NORM_NAMES = {"in-fold": NORM_IN_FOLD.value, "scratch-k": NORM_SCRATCH_K.value}
+
+
+def fold_constexprs(has_track: bool, norm: int, tree_numpy: bool, front: bool | None = None) -> dict:
+    """The fold's constexprs, in the kernel's argument order (the launch passes them after the others)."""
+    return dict(K=SUPPORTED_K, BV=BLOCK_V, NULL_ID=-1, HAS_TRACK=has_track, NORM=norm,
+                FRONT=lanes_from_front() if front is None else front, TREE_NUMPY=tree_numpy)
+
+
+def knorm_launch_args(state, rawk, slots, accept_lens, scratch) -> tuple:
+    """(grid, runtime args) of the k normalization launch (NORM_SCRATCH_K)."""
+    L, _, HV, _, K = state.shape
+    H, RL = rawk.shape[2], rawk.shape[3]
+    args = (rawk, slots, accept_lens, scratch, _units(rawk.stride(0), K, "rawk layer"),
+            _units(rawk.stride(1), K, "rawk slot"), H, RL)
+    return (H * L, slots.shape[0], RL), args
+
+
+def knorm_scratch(state, rawk, batch: int):
+    """The scratch of NORM_SCRATCH_K: L*B*H*RL*K fp32 (NORM_IN_FOLD needs none)."""
+    import torch
+
+    L, K = state.shape[0], state.shape[4]
+    H, RL = rawk.shape[2], rawk.shape[3]
+    return torch.empty((L, batch, H, RL, K), dtype=torch.float32, device=state.device)
+
+
+def _as_int32(t):
+    import torch
+
+    return t if t.dtype == torch.int32 and t.stride(0) == 1 else t.to(torch.int32).contiguous()
+
+
 def fold_all_layers(
     state,
     rawv,
@@ -310,20 +384,18 @@ def fold_all_layers(
     accept_lens,
     track_slots=None,
     track_steps=None,
-    use_qk_l2norm: bool = True,
     null_id: int = -1,
-    kernels=None,
+    norm: int = NORM,
     tree_numpy: bool | None = None,
 ) -> None:
     """Fold every layer's accepted window into `state` (contract of SGLang 0.5.19's
-    `commit_gdn_replayssm_fold_all_layers`): two launches for all layers, the k normalization then the
-    fold. `kernels` is a pair of prebuilt launchers (knorm, fold) from kernels/loader.py, or None for
-    Triton's JIT. `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
-    import torch
-
-    check_shapes(state, rawv, rawk, gate, beta)
-    L, _, HV, V, K = state.shape
-    H, RL = rawk.shape[2], rawv.shape[3]
+    `commit_gdn_replayssm_fold_all_layers`, l2 norm of k on) with Triton's JIT, k normalized as `norm`
+    says (one of NORM_NAMES' values). For tests and benchmarks; the server's commit goes through
+    `commit_plan.CommitPlan` (checked once, then launches only, prebuilt or JIT).
+    `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
+    if null_id != -1:
+        raise FoldShapeNotSupported(f"null block id {null_id} (the kernels are built for -1)")
+    ints = runtime_args(state, rawv, rawk, gate, beta)
     B = slots.shape[0]
     if B == 0:
         return
@@ -332,52 +404,48 @@ def fold_all_layers(
     accept_lens = _as_int32(accept_lens)
     track_slots = _as_int32(track_slots) if has_track else slots
     track_steps = _as_int32(track_steps) if has_track else accept_lens
-    knorm_kernel, fold_kernel = kernels or (gdn_replayssm_knorm_kernel, gdn_replayssm_fold_kernel)
     tree_numpy = _tree_numpy() if tree_numpy is None else tree_numpy
-    front = lanes_from_front()
-    knorm = torch.empty((L, B, H, RL, K), dtype=torch.float32, device=state.device)
-    knorm_kernel[(H * L, B)](
-        rawk, slots, accept_lens, knorm,
-        _units(rawk.stride(0), K, "rawk layer"),
-        _units(rawk.stride(1), K, "rawk slot"),
-        H=H, K=K, RL=RL, USE_QK_L2NORM=use_qk_l2norm, NULL_ID=null_id, FRONT=front, TREE_NUMPY=tree_numpy,
-        num_warps=1, num_stages=NUM_STAGES,
+    constexprs = fold_constexprs(has_track, norm, tree_numpy)
+    scratch = state
+    if norm != NORM_IN_FOLD.value:
+        scratch = knorm_scratch(state, rawk, B)
+        grid, args = knorm_launch_args(state, rawk, slots, accept_lens, scratch)
+        gdn_replayssm_knorm_kernel[grid](*args, K=SUPPORTED_K, NULL_ID=-1, FRONT=constexprs["FRONT"],
+                                         TREE_NUMPY=tree_numpy, num_warps=1, num_stages=NUM_STAGES)
+    gdn_replayssm_fold_kernel[fold_grid(state, B)](
+        state, rawv, rawk, scratch, gate, beta, slots, accept_lens, track_slots, track_steps, *ints, **constexprs,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
-    fold_kernel[(V // BLOCK_V, B, HV * L)](
-        state, rawv, knorm, gate, beta, slots, accept_lens, track_slots, track_steps,
-        _units(state.stride(0), K * V, "state layer"),
-        _units(state.stride(1), K * V, "state slot"),
-        _units(rawv.stride(0), V, "rawv layer"),
-        _units(rawv.stride(1), V, "rawv slot"),
-        gate.stride(0),
-        gate.stride(1),
-        H=H, HV=HV, K=K, V=V, BV=BLOCK_V, RL=RL, NULL_ID=null_id, HAS_TRACK=has_track, FRONT=front,
-        TREE_NUMPY=tree_numpy, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-    )
+
+
+FOLD_SIGNATURE = {
+    "state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "knorm": "*fp32", "gate": "*fp32", "beta": "*fp32",
+    "slots": "*i32", "accept_lens": "*i32", "track_slots": "*i32", "track_steps": "*i32",
+    **{name: "i32" for name in ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
+                                "rawk_layer_rows", "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride",
+                                "HV", "GROUP", "V", "RL")},
+}
+# every pointer 16-byte aligned, and V a multiple of 16 (the v loads are vectorized on it)
+FOLD_ATTRS = {**{name: [["tt.divisibility", 16]] for name, ty in FOLD_SIGNATURE.items() if ty.startswith("*")},
+              "V": [["tt.divisibility", 16]]}
 
 
 def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_version: str | None = None) -> list:
-    """What the ahead-of-time build compiles for one per-rank head shape and verify window: the k
-    normalization (l2 norm on) and the fold with and without a track slot; null id -1, the GPU tree.
-    Empty if the shape is not one this kernel reproduces."""
+    """What the ahead-of-time build compiles: the fused fold with and without a track slot, and the conv
+    rollback. Head counts, value dim, window, batch, layer and slot counts are runtime arguments, so the
+    same few binaries serve every shape the kernel reproduces (K=128, V a multiple of 16, HV a multiple of
+    H); the arguments only say whether this shape is one of them (else: empty)."""
+    from replayssm_overlay.kernels import conv_rollback
+
     if k != SUPPORTED_K or v % BLOCK_V or hv % h:
         return []
     front = lanes_from_front(triton_version)
-    ints = {name: "*i32" for name in ("slots", "accept_lens")}
-    knorm_sig = {"rawk": "*bf16", "knorm": "*fp32", **ints, "rawk_layer_rows": "i32", "rawk_slot_rows": "i32"}
-    specs = [dict(
-        kernel=gdn_replayssm_knorm_kernel, signature=knorm_sig, num_warps=1, num_stages=NUM_STAGES,
-        constexprs=dict(H=h, K=k, RL=window, USE_QK_L2NORM=True, NULL_ID=-1, FRONT=front, TREE_NUMPY=False),
-        label=f"gdn_knorm H{h} K{k} RL{window}",
-    )]
-    fold_sig = {"state": "*fp32", "rawv": "*bf16", "knorm": "*fp32", "gate": "*fp32", "beta": "*fp32", **ints,
-                "track_slots": "*i32", "track_steps": "*i32"}
-    fold_sig.update({name: "i32" for name in gdn_replayssm_fold_kernel.arg_names[9:15]})
+    specs = []
     for has_track in (False, True):
         specs.append(dict(
-            kernel=gdn_replayssm_fold_kernel, signature=dict(fold_sig), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-            constexprs=dict(H=h, HV=hv, K=k, V=v, BV=BLOCK_V, RL=window, NULL_ID=-1, HAS_TRACK=has_track,
-                            FRONT=front, TREE_NUMPY=False),
-            label=f"gdn_fold HV{hv} H{h} K{k} V{v} RL{window} track={has_track}",
+            kernel=gdn_replayssm_fold_kernel, signature=dict(FOLD_SIGNATURE), attrs=FOLD_ATTRS,
+            num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+            constexprs=fold_constexprs(has_track, NORM, False, front),
+            label=f"gdn_fold K{k} any HV/H/V/window track={has_track}",
         ))
-    return specs
+    return specs + conv_rollback.aot_specializations()
