@@ -132,7 +132,7 @@ def exact_kernel(case, expected, tracked, name, norm):
     written = set(active) | {int(case.track_slots[r]) for r in tracked}
     rest = [s for s in range(state.shape[1]) if s not in written and s not in poisoned]
     ok &= torch.equal(state[:, rest], case.initial[:, rest])
-    return record("kernel", f"norm {variant} {name}", ok)
+    return record("kernel", f"norm {norm} {name}", ok)
 
 
 def exact_entry(case, name, choices):
@@ -294,14 +294,16 @@ def timing(choices, calls, quick):
         subjects = [("stock", None, f_stock)] + [(kind, artifacts, f_entry) for kind, artifacts in choices]
         subjects += [(f"jit-norm-{norm}", dict(norm=value), None) for norm, value in gdn_fold.NORM_NAMES.items()
                      if value != gdn_fold.NORM]
+        subjects += [(f"{kind}-runner", artifacts, f_entry) for kind, artifacts in choices if kind == "overlay-prebuilt"]
         for name, artifacts, fn in subjects:
             try:
+                launch.RAW = not name.endswith("-runner")
                 if name.startswith("jit-norm-"):  # a variant of the fold, through its plan
                     plan = commit_plan.CommitPlan(pool.ss, B, track, launch.JitKernels(), **artifacts)
                     fn = (lambda i: plan.run(pool.slots[i], lens, tslots(i), tsteps)) if track else \
                         (lambda i: plan.run(pool.slots[i], lens))
                 elif name != "stock":
-                    use_choice(name, artifacts)
+                    use_choice(name.removesuffix("-runner"), artifacts)
                 wall, host = eager_time(fn, pool.sets, calls)
                 gpu = graph_time(fn, pool.sets)
                 mem = peak_bytes(fn)
@@ -310,6 +312,7 @@ def timing(choices, calls, quick):
             except Exception:
                 row[name] = dict(error=traceback.format_exc()[-1500:])
                 log(row[name]["error"])
+        launch.RAW = True
         RESULTS["timing"].append(row)
         save()
         log("time", json.dumps(row))
@@ -317,8 +320,62 @@ def timing(choices, calls, quick):
         torch.cuda.empty_cache()
 
 
+def breakdown(choices, v4_path):
+    """At the 35b shape, T=16, all accepted: CUDA-graph time of each piece alone (our fold without conv in
+    both norm variants, the v4 kernel of the last release if given, SGLang's fold and conv scatter), and
+    the host time of the entry point's pieces (median of 200 calls, synchronized before each)."""
+    L, HV, H, N = SHAPES["35b"]
+    for B in (1, 8):
+        pool = Pool(L, HV, H, N, B)
+        lens = pool.lens("all", 0)
+        last = lens.long() - 1
+        ss = pool.ss
+        pieces = {f"fold {n}": (lambda i, v=v: gdn_fold.fold_all_layers(ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk,
+                                                                         ss.replayssm_g, ss.replayssm_beta, pool.slots[i],
+                                                                         lens, norm=v))
+                  for n, v in gdn_fold.NORM_NAMES.items()}
+        stock_fold = sglang_module("fla.gdn_replayssm_spec_fold").commit_gdn_replayssm_fold_all_layers
+        scatter = sglang_module("mamba.mamba_state_scatter_triton").fused_conv_window_scatter_with_mask
+        pieces["sglang fold"] = lambda i: stock_fold(ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g,
+                                                     ss.replayssm_beta, pool.slots[i], lens, N, H)
+        pieces["sglang conv scatter"] = lambda i: scatter(ss.conv[0], ss.intermediate_conv_window[0], pool.slots[i], last)
+        if v4_path:
+            from benchmarks.aot_sglang_fold import load_compiled
+
+            v4 = load_compiled(Path(v4_path), "rso_gdn_fold_v4")
+            pieces["v4 fold (knorm + fold)"] = lambda i: v4.fold_all_layers(
+                ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g, ss.replayssm_beta, pool.slots[i], lens)
+        for name, fn in pieces.items():
+            try:
+                RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, graph_us=round(graph_time(fn, pool.sets), 1)))
+            except Exception:
+                RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, error=traceback.format_exc()[-800:]))
+            log("breakdown", json.dumps(RESULTS["breakdown"][-1]))
+        save()
+        del pool
+        torch.cuda.empty_cache()
+    pool = Pool(L, HV, H, N, 1)
+    lens = pool.lens("all", 0)
+    plan = None
+    hosts = {}
+    for kind, artifacts in choices:
+        if kind == "overlay-prebuilt":
+            use_choice(kind, artifacts)
+            plan = commit_plan.CommitPlan(pool.ss, 1, False, launch.PrebuiltKernels(artifacts))
+    probes = {"torch.empty(1) on the GPU": lambda i: torch.empty(1, device="cuda"),
+              "commit_plan.indices x2": lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0))}
+    if plan is not None:
+        probes["CommitPlan.run (prebuilt, raw launch)"] = lambda i: plan.run(pool.slots[i], lens)
+        probes["fold_accepted_prefix (prebuilt)"] = lambda i: entry_commit(pool.ss, pool.slots[i], lens)
+    for name, fn in probes.items():
+        hosts[name] = round(eager_time(fn, pool.sets, 200)[1], 1)
+        log("host", name, hosts[name])
+    RESULTS["host_breakdown"] = hosts
+    save()
+
+
 def table():
-    names = ["stock", "sglang", "overlay-jit", "overlay-prebuilt"] + [
+    names = ["stock", "sglang", "overlay-jit", "overlay-prebuilt", "overlay-prebuilt-runner"] + [
         f"jit-norm-{n}" for n, v in gdn_fold.NORM_NAMES.items() if v != gdn_fold.NORM]
     print(f"\nTriton {RESULTS['env']['triton']}: eager wall us (host us) / graph us; peak MB of one commit")
     print(f"{'shape':9s} {'B':>2s} {'acc':6s} {'trk':3s} | " + " | ".join(f"{n:>24s}" for n in names))
@@ -331,6 +388,10 @@ def table():
             else:
                 cells.append(f"{c['wall_us']:7.1f} ({c['host_us']:5.1f}) /{c['graph_us']:7.1f} {c['peak_bytes'] / 2**20:4.0f}")
         print(f"{r['shape']:9s} {r['B']:2d} {r['accept']:6s} {'y' if r['track'] else 'n':3s} | " + " | ".join(cells))
+    for b in RESULTS.get("breakdown", []):
+        print(f"graph B={b['B']} {b['piece']:28s} {b.get('graph_us', 'error')}")
+    for name, us in RESULTS.get("host_breakdown", {}).items():
+        print(f"host {name:40s} {us} us")
     bad = [c for c in RESULTS["checks"] if not c["bitwise"]]
     print(f"checks: {len(RESULTS['checks']) - len(bad)}/{len(RESULTS['checks'])} bitwise", *(c["name"] for c in bad))
 
@@ -343,6 +404,7 @@ def main():
     parser.add_argument("--calls", type=int, default=48, help="eager calls per median (default 48)")
     parser.add_argument("--quick", action="store_true", help="only the issue's shapes (no windows 4/8 at T=16's pool)")
     parser.add_argument("--skip-exact", action="store_true")
+    parser.add_argument("--v4", help="path of the last release's gdn_fold.py, timed beside (default: not timed)")
     args = parser.parse_args()
     import triton
 
@@ -367,10 +429,11 @@ def main():
             ok = False
             log(traceback.format_exc())
         log(f"exactness done in {time.time() - t0:.0f} s")
-    try:
-        timing(choices, args.calls, args.quick)
-    except Exception:
-        log(traceback.format_exc())
+    for part in (lambda: breakdown(choices, args.v4), lambda: timing(choices, args.calls, args.quick)):
+        try:
+            part()
+        except Exception:
+            log(traceback.format_exc())
     save()
     log(f"total {time.time() - t0:.0f} s")
     table()

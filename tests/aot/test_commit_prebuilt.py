@@ -4,6 +4,7 @@ misaligned tensor, an uncovered head geometry) is refused when the plan is made,
 launched. CPU only: the binaries' launches are recorded by a stand-in for Triton's CompiledKernel; what
 the kernels compute is checked on the GPU (benchmarks/gpu_commit.py)."""
 
+import sys
 import types
 
 import pytest
@@ -20,9 +21,12 @@ KERNELS = ROOT / "overlay/replayssm_overlay/kernels"
 def compiled_modules(monkeypatch):
     """The plan's kernel modules as compiled (not interpreted) copies: the CPU session may run Triton's
     interpreter, whose functions have no source key to match the binaries against."""
+    import replayssm_overlay.kernels as package
     from benchmarks.aot_sglang_fold import load_compiled
 
     conv = load_compiled(KERNELS / "conv_rollback.py", "rso_conv_rollback_compiled")
+    monkeypatch.setattr(package, "conv_rollback", conv)  # what the fold's copy imports
+    monkeypatch.setitem(sys.modules, "replayssm_overlay.kernels.conv_rollback", conv)
     fold = load_compiled(KERNELS / "gdn_fold.py", "rso_gdn_fold_compiled")
     monkeypatch.setattr(commit_plan, "gdn_fold", fold)
     monkeypatch.setattr(commit_plan, "conv_rollback", conv)
@@ -67,12 +71,13 @@ def test_one_binary_per_launch_for_every_covered_geometry_and_window(recorded, g
         plan.run(idx, idx, idx, idx)
         plan.run(idx, idx, idx, idx)
     labels = [spec["label"] for spec, _grid, _args in calls]
-    assert len(calls) == 8 and len(set(labels)) == 4  # fold + conv, with and without a track, each twice
-    (spec, grid, args), = [c for c in calls[:2] if "gdn_fold" in c[0]["label"]]
+    assert len(calls) == 4 and len(set(labels)) == 2  # one launch per commit: with and without a track
+    spec, grid, args = calls[0]
     hv, v = geometry["hv"], geometry.get("v", 128)
     assert grid == (v // 16, 5, hv * 3) and args[0] is pool.temporal and spec["constexprs"]["HAS_TRACK"] is False
-    n_const = len(spec["constexprs"])  # passed last
-    assert args[-n_const - 4:-n_const] == (hv, hv // geometry["h"], v, geometry["window"])  # runtime geometry
+    assert args[4] is pool.intermediate_conv_window[0] and args[5] is pool.conv[0]
+    n_const = len(spec["constexprs"])  # passed last, after the 13 conv integers
+    assert args[-n_const - 17:-n_const - 13] == (hv, hv // geometry["h"], v, geometry["window"])
 
 
 @pytest.mark.parametrize("change, match", [

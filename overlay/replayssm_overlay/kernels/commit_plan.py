@@ -6,10 +6,11 @@ host time is on every request's critical path. A `CommitPlan` is made on the fir
 size: it checks the pool's shapes, strides and dtypes against what the kernels reproduce (raising
 `gdn_fold.FoldShapeNotSupported`, `conv_rollback.ConvShapeNotSupported` or `loader.ArtifactRefused`
 before anything is launched), computes every integer argument, and prepares the launches
-(`launch.PrebuiltKernels` or `launch.JitKernels`). `CommitPlan.run` then only checks that the per-call
-index tensors are what the prepared launches assume (int32, 1-D, contiguous, 16-byte aligned, on the
-pool's device; `indices` copies them once otherwise) and launches the fold and one conv rollback per
-conv pair. The plan holds the pool object, so the id it is cached under stays unique while cached.
+(`launch.PrebuiltKernels` or `launch.JitKernels`). `CommitPlan.run` then launches the commit's one kernel (fold, conv
+rollback and track slot; `gdn_fold.gdn_replayssm_fold_kernel`) with index tensors that `indices` has
+made what the prepared launch assumes (int32, 1-D, contiguous, 16-byte aligned, on the pool's device:
+as given, or copied once). The plan holds the pool object, so the id it is cached under stays unique while cached.
+Pools with other than one conv state are refused (GDN pools have one).
 
 `norm` selects where k is normalized (`gdn_fold.NORM_NAMES`) for benchmarks; the server's plans use
 `gdn_fold.NORM`. The two-launch variants allocate their scratch on each call.
@@ -20,7 +21,6 @@ from __future__ import annotations
 from replayssm_overlay.kernels import conv_rollback, gdn_fold
 
 FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES)
-CONV_OPTIONS = dict(num_warps=4, num_stages=1)
 
 
 def indices(tensor, device_index: int):
@@ -65,20 +65,19 @@ class CommitPlan:
             grid, args = gdn_fold.knorm_launch_args(state, pool[2], example, example, scratch)
             self._knorm = kernels.prepare(gdn_fold.gdn_replayssm_knorm_kernel, grid, args,
                                           dict(K=gdn_fold.SUPPORTED_K, NULL_ID=-1, FRONT=constexprs["FRONT"],
-                                               TREE_NUMPY=tree_numpy), dict(num_warps=1, num_stages=1))
+                                               TREE_NUMPY=tree_numpy), dict(num_warps=1, num_stages=1),
+                                          self.device_index)
             self._knorm_ints = args[4:]
-        self._fold_head = pool[:3]
-        self._fold_tail = pool[3:]
-        self._fold_ints = fold_ints
+        if len(spec_state.conv) != 1 or len(spec_state.intermediate_conv_window) != 1:
+            raise conv_rollback.ConvShapeNotSupported(
+                f"{len(spec_state.conv)} conv states (the commit's kernel rolls back exactly one, as GDN pools have)")
+        conv_src, conv_dst, conv_ints = gdn_fold.conv_args(state, spec_state.conv[0], spec_state.intermediate_conv_window[0])
+        self._head = (*pool[:3],)
+        self._tail = (conv_src, conv_dst, *pool[3:])
+        self._ints = (*fold_ints, *conv_ints)
         self._fold = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
-                                     (*pool[:3], state, *pool[3:], *examples, *fold_ints), constexprs, FOLD_OPTIONS)
-        self._convs = []
-        for dst, src in zip(spec_state.conv, spec_state.intermediate_conv_window):
-            ints = (batch, *conv_rollback.runtime_args(dst, src, batch), -1)
-            launch = kernels.prepare(conv_rollback.conv_window_rollback_kernel,
-                                     conv_rollback.grid(dst, batch, has_track), (src, dst, *examples, *ints),
-                                     conv_rollback.constexprs(has_track), CONV_OPTIONS)
-            self._convs.append((launch, src, dst, ints))
+                                     (*self._head, state, *self._tail, *examples, *self._ints), constexprs, FOLD_OPTIONS,
+                                     self.device_index)
 
     def matches(self, spec_state) -> bool:
         """Still the pool this plan was made for (same tensor objects)."""
@@ -90,14 +89,11 @@ class CommitPlan:
         """Fold and roll back; the index tensors as `indices` returns them."""
         if not self.has_track:
             track_slots, track_steps = slots, accept_lens
-        knorm = self._pool[0]
+        scratch = self._pool[0]
         if self._knorm is not None:
-            knorm = gdn_fold.knorm_scratch(self._pool[0], self._pool[2], self.batch)
-            self._knorm(self._pool[2], slots, accept_lens, knorm, *self._knorm_ints)
-        self._fold(*self._fold_head, knorm, *self._fold_tail, slots, accept_lens, track_slots, track_steps,
-                   *self._fold_ints)
-        for launch, src, dst, ints in self._convs:
-            launch(src, dst, slots, accept_lens, track_slots, track_steps, *ints)
+            scratch = gdn_fold.knorm_scratch(self._pool[0], self._pool[2], self.batch)
+            self._knorm(self._pool[2], slots, accept_lens, scratch, *self._knorm_ints)
+        self._fold(*self._head, scratch, *self._tail, slots, accept_lens, track_slots, track_steps, *self._ints)
 
 
 def describe_pool(spec_state) -> dict:

@@ -46,6 +46,9 @@ import os
 import triton
 import triton.language as tl
 
+from replayssm_overlay.kernels import conv_rollback
+
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")  # Triton's interpreter is on
 SUPPORTED_K = 128  # the tree above is the one the decode kernel has for K = 128
 BLOCK_V = 16  # columns per program
 NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
@@ -112,13 +115,27 @@ def _dot_k(x, y, TREE_NUMPY: tl.constexpr):
 
 @triton.jit
 def _l2_normalized(k, TREE_NUMPY: tl.constexpr):
-    """k / sqrt(sum k^2 + 1e-6) with the decode kernel's tree and ops. In the fold's tile every column
-    holds the same k, and LLVM computes the norm once per thread (checked in the SASS: notes/perf.md)."""
+    """k / sqrt(sum k^2 + 1e-6) as the decode kernel computes it, bit for bit.
+
+    On sm_90 Triton's fp32 division is PTX div.full.f32, which ptxas emits as x * rcp.approx(y), scaling
+    both operands first only where |y| > 2**126 or |y| < 2**-126. A norm y is >= sqrt(1e-6) and
+    <= sqrt(fp32 max), or inf/NaN (which give the same inf/NaN results either way), so no scaling ever
+    applies: 1 / y is rcp.approx(y) exactly, and x * (1 / y) is x / y, with one multiply per element
+    instead of the division's three (two of them predicated). The multiply is written as PTX: as an
+    LLVM fmul, the SLP vectorizer groups it across the tile's columns (which hold the same k), and then
+    nothing dedupes the norm's reduction, four times per thread (391 -> 363 SASS instructions per step
+    with the asm, 527 without; notes/perf.md). Under numpy (TREE_NUMPY) division is exact: it divides."""
     if TREE_NUMPY:  # numpy's pairwise sum needs one k vector, not the [128, columns] tile
         k1 = tl.max(tl.max(k, 6, keep_dims=True), 3, keep_dims=True)
         return k / tl.sqrt(_dot_k(k1, k1, TREE_NUMPY) + 1e-6)
     else:
-        return k / tl.sqrt(_dot_k(k, k, TREE_NUMPY) + 1e-6)
+        r = 1.0 / tl.sqrt(_dot_k(k, k, TREE_NUMPY) + 1e-6)
+        if INTERPRETED:  # the GPU tree's association under the interpreter (no inline PTX there)
+            return k * r
+        else:
+            k, r = tl.broadcast(k, r)
+            return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [k, r], dtype=tl.float32,
+                                             is_pure=True, pack=1)
 
 
 @triton.jit
@@ -190,6 +207,8 @@ def gdn_replayssm_fold_kernel(
     rawv,  # [L, S, HV, RL, V] bf16
     rawk,  # [L, S, H, RL, K] bf16 (NORM_IN_FOLD)
     knorm,  # [L, B, H, RL, K] fp32 from gdn_replayssm_knorm_kernel (NORM_SCRATCH_K; else any fp32 pointer)
+    conv_src,  # [L, B, RL, dim, W] conv windows (any strides), see conv_rollback.py
+    conv_dst,  # [L, S, dim, W] conv state, contiguous per slot
     gate,  # [L, S, HV, RL] fp32
     beta,  # [L, S, HV, RL] fp32 (same strides as gate)
     slots,  # [B] int32, < 0: padded row
@@ -208,6 +227,19 @@ def gdn_replayssm_fold_kernel(
     GROUP,  # value heads per key head (HV // H)
     V,  # value head dim (a multiple of BV; 16-divisible, which the prebuilt binaries assume)
     RL,  # ring length (verify window)
+    conv_elems,  # dim * W
+    conv_width,  # W
+    conv_chunk,  # elements each of the HV * V / BV programs of a (layer, row) copies
+    conv_src_layer,
+    conv_src_row,
+    conv_src_step,
+    conv_src_dim,
+    conv_src_win,
+    conv_dst_layer,
+    conv_dst_slot,
+    conv_rows,  # conv_src.shape[1]
+    conv_steps,  # conv_src.shape[2]
+    conv_slots,  # conv_dst.shape[1]
     K: tl.constexpr,
     BV: tl.constexpr,
     NULL_ID: tl.constexpr,
@@ -216,7 +248,7 @@ def gdn_replayssm_fold_kernel(
     FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
-    """Grid (V // BV, B, HV * L)."""
+    """Grid (V // BV, B, HV * L). Each program also copies its share of its row's conv windows."""
     i_v = tl.program_id(0)
     i_n = tl.program_id(1)
     i_hvl = tl.program_id(2)
@@ -225,17 +257,28 @@ def gdn_replayssm_fold_kernel(
     i_h = i_hv // GROUP
 
     slot = tl.load(slots + i_n).to(tl.int64)
-    if slot <= NULL_ID:
-        return
     n_commit = tl.load(accept_lens + i_n)
-    if n_commit <= 0:
-        return
     if HAS_TRACK:
         track_slot = tl.load(track_slots + i_n).to(tl.int64)
         track_step = tl.load(track_steps + i_n)
     else:
         track_slot = NULL_ID
         track_step = -1
+    # the conv rollback first, for the active and the track slot: SGLang's scatters skip exactly the
+    # rows these skip, and copy the track window whatever the active slot is
+    start = (i_hv * tl.num_programs(0) + i_v) * conv_chunk
+    conv_rollback.copy_window(slot, n_commit - 1, conv_src, conv_dst, i_layer, i_n, start, conv_chunk, conv_elems,
+                              conv_width, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim, conv_src_win,
+                              conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots)
+    if HAS_TRACK:
+        conv_rollback.copy_window(track_slot, track_step, conv_src, conv_dst, i_layer, i_n, start, conv_chunk,
+                                  conv_elems, conv_width, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim,
+                                  conv_src_win, conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots)
+
+    if slot <= NULL_ID:
+        return
+    if n_commit <= 0:
+        return
 
     o_k = _k_offsets(FRONT)
     o_v = i_v * BV + _v_offsets(FRONT, BV)
@@ -341,6 +384,14 @@ def fold_grid(state, batch: int) -> tuple:
     return (V // BLOCK_V, batch, HV * L)
 
 
+def conv_args(state, conv_dst, conv_src) -> tuple:
+    """(conv_src, conv_dst, the fold's conv integers) for one conv pair (None, None: no conv rollback)."""
+    if conv_dst is None:
+        return conv_rollback.no_conv(state)
+    _, _, HV, V, _ = state.shape
+    return conv_src, conv_dst, conv_rollback.runtime_args(conv_dst, conv_src, HV * V // BLOCK_V)
+
+
 NORM_NAMES = {"in-fold": NORM_IN_FOLD.value, "scratch-k": NORM_SCRATCH_K.value}
 
 
@@ -387,15 +438,18 @@ def fold_all_layers(
     null_id: int = -1,
     norm: int = NORM,
     tree_numpy: bool | None = None,
+    conv_dst=None,
+    conv_src=None,
 ) -> None:
     """Fold every layer's accepted window into `state` (contract of SGLang 0.5.19's
     `commit_gdn_replayssm_fold_all_layers`, l2 norm of k on) with Triton's JIT, k normalized as `norm`
-    says (one of NORM_NAMES' values). For tests and benchmarks; the server's commit goes through
-    `commit_plan.CommitPlan` (checked once, then launches only, prebuilt or JIT).
+    says (one of NORM_NAMES' values), and the conv pair rolled back if given. For tests and benchmarks;
+    the server's commit goes through `commit_plan.CommitPlan` (checked once, then one launch).
     `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
     if null_id != -1:
         raise FoldShapeNotSupported(f"null block id {null_id} (the kernels are built for -1)")
     ints = runtime_args(state, rawv, rawk, gate, beta)
+    src, dst, conv_ints = conv_args(state, conv_dst, conv_src)
     B = slots.shape[0]
     if B == 0:
         return
@@ -413,39 +467,37 @@ def fold_all_layers(
         gdn_replayssm_knorm_kernel[grid](*args, K=SUPPORTED_K, NULL_ID=-1, FRONT=constexprs["FRONT"],
                                          TREE_NUMPY=tree_numpy, num_warps=1, num_stages=NUM_STAGES)
     gdn_replayssm_fold_kernel[fold_grid(state, B)](
-        state, rawv, rawk, scratch, gate, beta, slots, accept_lens, track_slots, track_steps, *ints, **constexprs,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        state, rawv, rawk, scratch, src, dst, gate, beta, slots, accept_lens, track_slots, track_steps, *ints,
+        *conv_ints, **constexprs, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
 
 
-FOLD_SIGNATURE = {
-    "state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "knorm": "*fp32", "gate": "*fp32", "beta": "*fp32",
-    "slots": "*i32", "accept_lens": "*i32", "track_slots": "*i32", "track_steps": "*i32",
-    **{name: "i32" for name in ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
-                                "rawk_layer_rows", "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride",
-                                "HV", "GROUP", "V", "RL")},
-}
-# every pointer 16-byte aligned, and V a multiple of 16 (the v loads are vectorized on it)
-FOLD_ATTRS = {**{name: [["tt.divisibility", 16]] for name, ty in FOLD_SIGNATURE.items() if ty.startswith("*")},
-              "V": [["tt.divisibility", 16]]}
+def fold_signature(conv_dtype: str) -> dict:
+    """The fold's non-constexpr arguments as the prebuilt binaries type them (conv: "bf16", "fp16", "fp32")."""
+    ints = ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
+            "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "V", "RL", "conv_elems",
+            "conv_width", "conv_chunk", "conv_src_layer", "conv_src_row", "conv_src_step", "conv_src_dim",
+            "conv_src_win", "conv_dst_layer", "conv_dst_slot", "conv_rows", "conv_steps", "conv_slots")
+    return {"state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "knorm": "*fp32", "conv_src": f"*{conv_dtype}",
+            "conv_dst": f"*{conv_dtype}", "gate": "*fp32", "beta": "*fp32", "slots": "*i32", "accept_lens": "*i32",
+            "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in ints}}
+
+
+# every pointer but the conv window view (an as_strided view may start anywhere) 16-byte aligned, and V a
+# multiple of 16 (the v loads are vectorized on it)
+FOLD_ATTRS = {**{name: [["tt.divisibility", 16]] for name, ty in fold_signature("bf16").items()
+                 if ty.startswith("*") and name != "conv_src"}, "V": [["tt.divisibility", 16]]}
 
 
 def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_version: str | None = None) -> list:
-    """What the ahead-of-time build compiles: the fused fold with and without a track slot, and the conv
-    rollback. Head counts, value dim, window, batch, layer and slot counts are runtime arguments, so the
-    same few binaries serve every shape the kernel reproduces (K=128, V a multiple of 16, HV a multiple of
-    H); the arguments only say whether this shape is one of them (else: empty)."""
-    from replayssm_overlay.kernels import conv_rollback
-
+    """What the ahead-of-time build compiles: the commit's one kernel, with and without a track slot, for
+    each conv dtype. Head counts, value dim, window, batch, layer and slot counts and every stride are
+    runtime arguments, so the same six binaries serve every shape the kernel reproduces (K=128, V a
+    multiple of 16, HV a multiple of H); the arguments only say whether this shape is one of them."""
     if k != SUPPORTED_K or v % BLOCK_V or hv % h:
         return []
     front = lanes_from_front(triton_version)
-    specs = []
-    for has_track in (False, True):
-        specs.append(dict(
-            kernel=gdn_replayssm_fold_kernel, signature=dict(FOLD_SIGNATURE), attrs=FOLD_ATTRS,
-            num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-            constexprs=fold_constexprs(has_track, NORM, False, front),
-            label=f"gdn_fold K{k} any HV/H/V/window track={has_track}",
-        ))
-    return specs + conv_rollback.aot_specializations()
+    return [dict(kernel=gdn_replayssm_fold_kernel, signature=fold_signature(conv), attrs=FOLD_ATTRS,
+                 num_warps=NUM_WARPS, num_stages=NUM_STAGES, constexprs=fold_constexprs(has_track, NORM, False, front),
+                 label=f"gdn_fold K{k} any HV/H/V/window conv {conv} track={has_track}")
+            for conv in sorted(set(conv_rollback.DTYPES.values())) for has_track in (False, True)]
