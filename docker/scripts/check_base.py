@@ -108,7 +108,7 @@ def check_version(package_dir, release):
             f"supports {release} only (docker/base.lock SGLANG_RELEASE)",
             f"build FROM lmsysorg/sglang:v{release}-<lane> pinned by digest (docker/README.md, "
             "'When the base check fails'); another release needs the overlay ported first "
-            "(overlay/replayssm_overlay/releases.py)")
+            "(overlay/replayssm_overlay/patcher/releases.py)")
     return declared
 
 

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-# The AOT build command (`replayssm-overlay kernels build`, overlay/replayssm_overlay/kernels/AOT.md);
+# The AOT build command (`replayssm-overlay kernels build`, overlay/replayssm_overlay/aot/README.md);
 # one `--model PRESET` per preset in RSO_KERNEL_MODEL, none for `all` (the command builds every preset).
 BUILD_COMMAND = [sys.executable, "-m", "replayssm_overlay", "kernels", "build", "--out", "{out}"]
 FINAL_DIR = "/opt/replayssm-overlay/kernels"  # where the final stage puts STAGE/kernels

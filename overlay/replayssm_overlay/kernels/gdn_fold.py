@@ -286,8 +286,9 @@ def gdn_replayssm_fold_kernel(
     p_h = state + head_tile + slot * state_slot_tiles * K * V + o_v * K + o_k
     b_h = tl.load(p_h)
 
-    # k is read with the tile's own shape (each column's thread reads the k it needs): that keeps
-    # Triton's layout for the loop the state's, with j, a4, a3 in a thread and a2..a0 x V across lanes
+    # k is loaded with the state tile's shape (`0 * o_v` broadcasts it over the columns, so each thread
+    # loads the 16 k of its own columns): that keeps the loop in the state's layout, j, a4, a3 of 4
+    # columns in each thread and a2, a1, a0 x 4 columns on the lanes (the tile axes above `_dot_k`)
     if NORM == NORM_SCRATCH_K:
         p_k = knorm + ((i_layer * tl.num_programs(1) + i_n) * (HV // GROUP) + i_h) * RL * K + o_k + 0 * o_v
     else:
