@@ -8,7 +8,7 @@ CUDA-graph timings of the whole commit (fold + conv rollback, track slot) throug
 `--artifacts`: prebuilt kernels for this node (`replayssm-overlay kernels build`); without it the
 prebuilt choice is skipped. Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
 kernel wrote):
-  kernel    the fused fold and the two-launch variant vs SGLang's decode kernel run token by token
+  kernel    the overlay's fold vs SGLang's decode kernel run token by token
             (`fused_sigmoid_gating_delta_rule_update`), track slots poisoned with NaN first;
   entry     each choice's whole commit (temporal state and conv state of every slot) vs SGLang's commit;
   snapshot  the overlay's commit vs stock's snapshot path on the same inputs (verify writing every
@@ -117,13 +117,13 @@ def case_configs():
     return cfgs
 
 
-def exact_kernel(case, expected, tracked, name, norm):
+def exact_kernel(case, expected, tracked, name):
     state = case.initial.clone()
     poisoned = [int(s) for s in case.track_slots.tolist() if s >= 0] if case.track_slots is not None else []
     for s in poisoned:
         state[:, s] = float("nan")
     gdn_fold.fold_all_layers(state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens,
-                             case.track_slots, case.track_steps, norm=gdn_fold.NORM_NAMES[norm])
+                             case.track_slots, case.track_steps)
     torch.cuda.synchronize()
     active = sorted({s for s in case.slots.tolist() if s >= 0})
     ok = torch.equal(state[:, active], expected[:, active])
@@ -132,7 +132,7 @@ def exact_kernel(case, expected, tracked, name, norm):
     written = set(active) | {int(case.track_slots[r]) for r in tracked}
     rest = [s for s in range(state.shape[1]) if s not in written and s not in poisoned]
     ok &= torch.equal(state[:, rest], case.initial[:, rest])
-    return record("kernel", f"norm {norm} {name}", ok)
+    return record("kernel", name, ok)
 
 
 def exact_entry(case, name, choices):
@@ -170,8 +170,7 @@ def exactness(choices) -> bool:
         case = make_case(**cfg, K=K, device="cuda", seed=300 + i)
         name = f"L{cfg['L']} HV{cfg['HV']} H{cfg['H']} N{cfg['N']} B{len(cfg['slots'])}"
         expected, tracked = decode_reference(case)
-        for norm in gdn_fold.NORM_NAMES:
-            ok &= exact_kernel(case, expected, tracked, name, norm)
+        ok &= exact_kernel(case, expected, tracked, name)
         ok &= exact_entry(case, name, choices)
         if cfg["L"] * len(cfg["slots"]) * cfg["N"] * cfg["HV"] <= 30 * 8 * 16 * 32:
             ok &= exact_snapshot(case, name)
@@ -292,17 +291,11 @@ def timing(choices, calls, quick):
             entry_commit(pool.ss, pool.slots[i], lens, tslots(i), tsteps)
 
         subjects = [("stock", None, f_stock)] + [(kind, artifacts, f_entry) for kind, artifacts in choices]
-        subjects += [(f"jit-norm-{norm}", dict(norm=value), None) for norm, value in gdn_fold.NORM_NAMES.items()
-                     if value != gdn_fold.NORM]
         subjects += [(f"{kind}-runner", artifacts, f_entry) for kind, artifacts in choices if kind == "overlay-prebuilt"]
         for name, artifacts, fn in subjects:
             try:
                 launch.RAW = not name.endswith("-runner")
-                if name.startswith("jit-norm-"):  # a variant of the fold, through its plan
-                    plan = commit_plan.CommitPlan(pool.ss, B, track, launch.JitKernels(), **artifacts)
-                    fn = (lambda i: plan.run(pool.slots[i], lens, tslots(i), tsteps)) if track else \
-                        (lambda i: plan.run(pool.slots[i], lens))
-                elif name != "stock":
+                if name != "stock":
                     use_choice(name.removesuffix("-runner"), artifacts)
                 wall, host = eager_time(fn, pool.sets, calls)
                 gpu = graph_time(fn, pool.sets)
@@ -322,7 +315,7 @@ def timing(choices, calls, quick):
 
 def breakdown(choices, v4_path):
     """At the 35b shape, T=16, all accepted: CUDA-graph time of each piece alone (our fold without conv in
-    both norm variants, the v4 kernel of the last release if given, SGLang's fold and conv scatter), and
+    the v4 kernel of the last release if given, SGLang's fold and conv scatter), and
     the host time of the entry point's pieces (median of 200 calls, synchronized before each)."""
     L, HV, H, N = SHAPES["35b"]
     for B in (1, 8):
@@ -330,10 +323,8 @@ def breakdown(choices, v4_path):
         lens = pool.lens("all", 0)
         last = lens.long() - 1
         ss = pool.ss
-        pieces = {f"fold {n}": (lambda i, v=v: gdn_fold.fold_all_layers(ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk,
-                                                                         ss.replayssm_g, ss.replayssm_beta, pool.slots[i],
-                                                                         lens, norm=v))
-                  for n, v in gdn_fold.NORM_NAMES.items()}
+        pieces = {"fold without conv": lambda i: gdn_fold.fold_all_layers(
+            ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g, ss.replayssm_beta, pool.slots[i], lens)}
         stock_fold = sglang_module("fla.gdn_replayssm_spec_fold").commit_gdn_replayssm_fold_all_layers
         scatter = sglang_module("mamba.mamba_state_scatter_triton").fused_conv_window_scatter_with_mask
         pieces["sglang fold"] = lambda i: stock_fold(ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g,
@@ -375,8 +366,7 @@ def breakdown(choices, v4_path):
 
 
 def table():
-    names = ["stock", "sglang", "overlay-jit", "overlay-prebuilt", "overlay-prebuilt-runner"] + [
-        f"jit-norm-{n}" for n, v in gdn_fold.NORM_NAMES.items() if v != gdn_fold.NORM]
+    names = ["stock", "sglang", "overlay-jit", "overlay-prebuilt", "overlay-prebuilt-runner"]
     print(f"\nTriton {RESULTS['env']['triton']}: eager wall us (host us) / graph us; peak MB of one commit")
     print(f"{'shape':9s} {'B':>2s} {'acc':6s} {'trk':3s} | " + " | ".join(f"{n:>24s}" for n in names))
     for r in RESULTS["timing"]:

@@ -75,7 +75,7 @@ def test_one_binary_per_launch_for_every_covered_geometry_and_window(recorded, g
     spec, grid, args = calls[0]
     hv, v = geometry["hv"], geometry.get("v", 128)
     assert grid == (v // 16, 5, hv * 3) and args[0] is pool.temporal and spec["constexprs"]["HAS_TRACK"] is False
-    assert args[4] is pool.intermediate_conv_window[0] and args[5] is pool.conv[0]
+    assert args[3] is pool.intermediate_conv_window[0] and args[4] is pool.conv[0]
     n_const = len(spec["constexprs"])  # passed last, after the 13 conv integers
     assert args[-n_const - 17:-n_const - 13] == (hv, hv // geometry["h"], v, geometry["window"])
 

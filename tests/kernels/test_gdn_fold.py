@@ -28,10 +28,10 @@ def _case(name, device="cpu", seed=0):
                      track=track, device=device, seed=seed)
 
 
-def _fold(case, tree_numpy=None, norm=gdn_fold.NORM):
+def _fold(case, tree_numpy=None):
     state = case.initial.clone()
     gdn_fold.fold_all_layers(state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens,
-                             case.track_slots, case.track_steps, norm=norm, tree_numpy=tree_numpy)
+                             case.track_slots, case.track_steps, tree_numpy=tree_numpy)
     return state
 
 
@@ -55,14 +55,13 @@ def _check_against(case, state, expected, tracked):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
-@pytest.mark.parametrize("norm", sorted(gdn_fold.NORM_NAMES))
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_numpy_tree_bitwise_equals_decode_under_interpreter(name, norm):
+def test_numpy_tree_bitwise_equals_decode_under_interpreter(name):
     case = _case(name, seed=11)
     expected, tracked = decode_reference(case)
     if case.track_slots is not None:
         assert tracked, "the case must exercise a track store"
-    _check_against(case, _fold(case, tree_numpy=True, norm=gdn_fold.NORM_NAMES[norm]), expected, tracked)
+    _check_against(case, _fold(case, tree_numpy=True), expected, tracked)
 
 
 def _emulated_gpu_tree(case):
@@ -101,10 +100,9 @@ def _emulated_gpu_tree(case):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
-@pytest.mark.parametrize("norm", sorted(gdn_fold.NORM_NAMES))
-def test_gpu_tree_matches_its_emulation_under_interpreter(norm):
+def test_gpu_tree_matches_its_emulation_under_interpreter():
     case = _case("window4-track", seed=5)
-    state = _fold(case, tree_numpy=False, norm=gdn_fold.NORM_NAMES[norm])
+    state = _fold(case, tree_numpy=False)
     assert torch.equal(state, _emulated_gpu_tree(case))
     # and the two trees do differ, so the test above tells them apart
     assert not torch.equal(state, _fold(case, tree_numpy=True))
@@ -136,7 +134,7 @@ def test_aot_specializations_describe_every_runtime_argument():
         assert set(spec["signature"]) | set(spec["constexprs"]) == set(names)
         assert not set(spec["signature"]) & set(spec["constexprs"])
         assert list(spec["constexprs"]) == names[-len(spec["constexprs"]):]  # launched last
-        assert spec["constexprs"]["TREE_NUMPY"] is False and spec["constexprs"]["NORM"] == gdn_fold.NORM
+        assert spec["constexprs"]["TREE_NUMPY"] is False
     assert sorted((s["signature"]["conv_dst"], s["constexprs"]["HAS_TRACK"]) for s in specs) == [
         (f"*{dtype}", track) for dtype in ("bf16", "fp16", "fp32") for track in (False, True)]
     # geometry and window are runtime arguments: every covered shape asks for the same binaries
@@ -151,3 +149,18 @@ def test_gpu_bitwise_equals_decode(name):
     case = _case(name, device="cuda", seed=7)
     expected, tracked = decode_reference(case)
     _check_against(case, _fold(case), expected, tracked)
+
+
+def test_every_preset_window_and_tensor_parallel_size_is_covered_by_the_same_binaries():
+    """Coverage of the default build: every supported model (aot/build.py's presets, from their configs)
+    at TP 1, 2, 4, 8 and every window 2..16 asks for the same six binaries, none of them empty."""
+    from replayssm_overlay.aot import build
+
+    expected = gdn_fold.aot_specializations(32, 16, 128, 128, 16)
+    assert len(expected) == 6
+    for name, preset in build.PRESETS.items():
+        for shape in build.shapes_for(preset, build.DEFAULT_TP_SIZES):
+            for window in build.DEFAULT_WINDOWS:
+                assert gdn_fold.aot_specializations(shape.hv, shape.h, shape.k, shape.v, window) == expected, (
+                    name, shape, window)
+    assert build.DEFAULT_WINDOWS == tuple(range(2, 17))

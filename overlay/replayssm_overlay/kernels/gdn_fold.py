@@ -1,14 +1,13 @@
-"""The overlay's GDN ReplaySSM fold: replay the accepted raw window into the fp32 state, all layers in two
-launches (k l2-normalized once into a scratch, then the fold), bitwise equal to SGLang 0.5.19's decode
-recurrence run token by token.
+"""The overlay's GDN ReplaySSM commit kernel: replay the accepted raw window into the fp32 state, all
+layers in one launch, bitwise equal to SGLang 0.5.19's decode recurrence run token by token, with the
+conv-window rollback (`conv_rollback.copy_window`) and the track slot in the same launch.
 
 Why a kernel of our own: 0.5.19's fold keeps the decode kernel's tile (one warp holds a [K=128, 32]
 block, four k values per lane), so every step reduces over k with 5 butterfly shuffles per column, twice
 per step counting the l2 norm, and waits on each step's loads. At DFlash windows (T=16) that is
 latency and shuffle bound, a quarter of the bandwidth floor. This kernel computes the same function with
 the same fp32 operations in the same association, but lays the tile out so that most of the reduction
-tree is inside a thread, normalizes each k once instead of once per column block, and prefetches each
-step's v, g and beta one step ahead.
+tree is inside a thread, and prefetches each step's v, g and beta one step ahead.
 
 The reduction tree it must reproduce (read off the decode kernel's PTX, Triton 3.6.0 and 3.7.1, sm_90,
 K=128, 16-byte-divisible strides, which is how the server calls it): write k = 4*i + j (i < 32, j < 4).
@@ -18,7 +17,9 @@ a butterfly over i that pairs i with i^16, then i^8, i^4, i^2, i^1. Here i is sp
 (a4..a0), each a size-2 axis of the tile, and the sums pair exactly those partners, with the chain's
 fmas written out, so the result does not depend on which axes Triton keeps in a thread. The tile keeps
 j, a4, a3 (16 k) of 4 columns in each thread and puts a2..a0 and 4 columns on the lanes: 3 shuffles
-per column and step instead of 5, a quarter of the k reads of one column per thread, 121 registers.
+per column and step instead of 5, a quarter of the k reads of one column per thread, 125 registers.
+Each step's k is l2-normalized in the loop (`_l2_normalized`, once per thread: the 4 columns share it),
+so the commit needs no scratch: 363 SASS instructions per step (notes/perf.md).
 
 Under TRITON_INTERPRET=1 SGLang's kernels reduce with numpy (a row-sequential sum for h^T k, numpy's
 pairwise sum for the l2 norm), so the same reference has another tree on the CPU: `TREE_NUMPY` selects
@@ -30,13 +31,16 @@ Shapes (per tensor-parallel rank):
   rawv    [num_layers, num_slots, HV, RL, V] bf16 (raw v per verify step)
   rawk    [num_layers, num_slots, H, RL, K]  bf16 (raw pre-norm k per verify step)
   g, beta [num_layers, num_slots, HV, RL]    fp32
+  conv    [num_layers, num_slots, dim, W] and its window view [num_layers, B, RL, dim, W] (conv_rollback.py)
   slots, accept_lens, track_slots, track_steps [B] int32
-Grid: (V // BV, B, HV * num_layers) for the fold (BV // 16 warps), (H * num_layers, B) for the k norm.
+Grid: (V // BV, B, HV * num_layers), BV // 16 warps.
 
-Specializations (what `aot_specializations` lists for the ahead-of-time build): the constexprs are the
-head geometry (H, HV, K=128, V), BV, the window RL, USE_QK_L2NORM, NULL_ID (-1), HAS_TRACK (both values)
-FRONT (the Triton version's lane order, see `_dot_k`) and TREE_NUMPY=False; strides, batch, layer and
-slot counts are runtime int32 arguments (not specialized), so one binary serves any pool size.
+Specializations (what `aot_specializations` lists for the ahead-of-time build): the constexprs are K=128,
+BV, NULL_ID (-1), HAS_TRACK (both values), FRONT (the Triton version's lane order, see `_dot_k`) and
+TREE_NUMPY=False, and the conv dtype is in the signature; the head counts HV and HV / H, the value dim V,
+the window RL, every stride and the batch, layer and slot counts are runtime int32 arguments (never
+specialized; V is declared 16-divisible), so six binaries serve every model, tensor-parallel size and
+window the kernel reproduces.
 """
 
 from __future__ import annotations
@@ -53,10 +57,6 @@ SUPPORTED_K = 128  # the tree above is the one the decode kernel has for K = 128
 BLOCK_V = 16  # columns per program
 NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
-# Where k is l2-normalized (the decode kernel normalizes every step's k):
-NORM_IN_FOLD = tl.constexpr(0)  # inside the fold, per step: one launch, no scratch
-NORM_SCRATCH_K = tl.constexpr(1)  # a launch of its own first, into an L*B*H*RL*K fp32 scratch
-NORM = 0  # the server's choice (notes/perf.md)
 
 
 def lanes_from_front(version: str | None = None) -> bool:
@@ -163,39 +163,6 @@ def _v_offsets(FRONT: tl.constexpr, BV: tl.constexpr):
         return tl.arange(0, BV)[None, None, None, None, None, None, :, None, None, None, None]
 
 
-@triton.jit(do_not_specialize=["rawk_layer_rows", "rawk_slot_rows", "H", "RL"])
-def gdn_replayssm_knorm_kernel(
-    rawk,  # [L, S, H, RL, K] bf16
-    slots,  # [B] int32
-    accept_lens,  # [B] int32
-    knorm,  # [L, B, H, RL, K] fp32 scratch: the accepted steps' l2-normalized k
-    rawk_layer_rows,  # rawk strides in units of K
-    rawk_slot_rows,
-    H,  # key heads per rank
-    RL,  # ring length (verify window)
-    K: tl.constexpr,
-    NULL_ID: tl.constexpr,
-    FRONT: tl.constexpr,
-    TREE_NUMPY: tl.constexpr,
-):
-    """Grid (H * L, B, RL): one accepted step's k per program, normalized once per (layer, request,
-    k-head) (NORM_SCRATCH_K)."""
-    i_hl = tl.program_id(0)
-    i_n = tl.program_id(1)
-    t = tl.program_id(2)
-    i_layer = (i_hl // H).to(tl.int64)
-    i_h = i_hl % H
-    slot = tl.load(slots + i_n).to(tl.int64)
-    if slot <= NULL_ID:
-        return
-    if t >= tl.load(accept_lens + i_n):
-        return
-    o_k = _k_offsets(FRONT)
-    p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL + t) * K + o_k
-    p_out = knorm + (((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL + t) * K + o_k
-    tl.store(p_out, _l2_normalized(tl.load(p_k).to(tl.float32), TREE_NUMPY))
-
-
 @triton.jit(
     do_not_specialize=[
         "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
@@ -205,8 +172,7 @@ def gdn_replayssm_knorm_kernel(
 def gdn_replayssm_fold_kernel(
     state,  # [L, S, HV, V, K] fp32, in place
     rawv,  # [L, S, HV, RL, V] bf16
-    rawk,  # [L, S, H, RL, K] bf16 (NORM_IN_FOLD)
-    knorm,  # [L, B, H, RL, K] fp32 from gdn_replayssm_knorm_kernel (NORM_SCRATCH_K; else any fp32 pointer)
+    rawk,  # [L, S, H, RL, K] bf16
     conv_src,  # [L, B, RL, dim, W] conv windows (any strides), see conv_rollback.py
     conv_dst,  # [L, S, dim, W] conv state, contiguous per slot
     gate,  # [L, S, HV, RL] fp32
@@ -244,7 +210,6 @@ def gdn_replayssm_fold_kernel(
     BV: tl.constexpr,
     NULL_ID: tl.constexpr,
     HAS_TRACK: tl.constexpr,
-    NORM: tl.constexpr,
     FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
@@ -289,10 +254,7 @@ def gdn_replayssm_fold_kernel(
     # k is loaded with the state tile's shape (`0 * o_v` broadcasts it over the columns, so each thread
     # loads the 16 k of its own columns): that keeps the loop in the state's layout, j, a4, a3 of 4
     # columns in each thread and a2, a1, a0 x 4 columns on the lanes (the tile axes above `_dot_k`)
-    if NORM == NORM_SCRATCH_K:
-        p_k = knorm + ((i_layer * tl.num_programs(1) + i_n) * (HV // GROUP) + i_h) * RL * K + o_k + 0 * o_v
-    else:
-        p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL) * K + o_k + 0 * o_v
+    p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL) * K + o_k + 0 * o_v
     p_v = rawv + (i_layer * rawv_layer_rows + slot * rawv_slot_rows + i_hv * RL) * V + o_v
     p_g = gate + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
     p_b = beta + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
@@ -301,9 +263,7 @@ def gdn_replayssm_fold_kernel(
     n_g = tl.load(p_g)
     n_b = tl.load(p_b)
     for t in range(0, n_commit):
-        b_k = tl.load(p_k + t * K).to(tl.float32)
-        if NORM == NORM_IN_FOLD:
-            b_k = _l2_normalized(b_k, TREE_NUMPY)
+        b_k = _l2_normalized(tl.load(p_k + t * K).to(tl.float32), TREE_NUMPY)
         b_v = n_v.to(tl.float32)
         b_g = n_g
         b_beta = n_b
@@ -393,31 +353,10 @@ def conv_args(state, conv_dst, conv_src) -> tuple:
     return conv_src, conv_dst, conv_rollback.runtime_args(conv_dst, conv_src, HV * V // BLOCK_V)
 
 
-NORM_NAMES = {"in-fold": NORM_IN_FOLD.value, "scratch-k": NORM_SCRATCH_K.value}
-
-
-def fold_constexprs(has_track: bool, norm: int, tree_numpy: bool, front: bool | None = None) -> dict:
+def fold_constexprs(has_track: bool, tree_numpy: bool, front: bool | None = None) -> dict:
     """The fold's constexprs, in the kernel's argument order (the launch passes them after the others)."""
-    return dict(K=SUPPORTED_K, BV=BLOCK_V, NULL_ID=-1, HAS_TRACK=has_track, NORM=norm,
+    return dict(K=SUPPORTED_K, BV=BLOCK_V, NULL_ID=-1, HAS_TRACK=has_track,
                 FRONT=lanes_from_front() if front is None else front, TREE_NUMPY=tree_numpy)
-
-
-def knorm_launch_args(state, rawk, slots, accept_lens, scratch) -> tuple:
-    """(grid, runtime args) of the k normalization launch (NORM_SCRATCH_K)."""
-    L, _, HV, _, K = state.shape
-    H, RL = rawk.shape[2], rawk.shape[3]
-    args = (rawk, slots, accept_lens, scratch, _units(rawk.stride(0), K, "rawk layer"),
-            _units(rawk.stride(1), K, "rawk slot"), H, RL)
-    return (H * L, slots.shape[0], RL), args
-
-
-def knorm_scratch(state, rawk, batch: int):
-    """The scratch of NORM_SCRATCH_K: L*B*H*RL*K fp32 (NORM_IN_FOLD needs none)."""
-    import torch
-
-    L, K = state.shape[0], state.shape[4]
-    H, RL = rawk.shape[2], rawk.shape[3]
-    return torch.empty((L, batch, H, RL, K), dtype=torch.float32, device=state.device)
 
 
 def _as_int32(t):
@@ -437,14 +376,13 @@ def fold_all_layers(
     track_slots=None,
     track_steps=None,
     null_id: int = -1,
-    norm: int = NORM,
     tree_numpy: bool | None = None,
     conv_dst=None,
     conv_src=None,
 ) -> None:
     """Fold every layer's accepted window into `state` (contract of SGLang 0.5.19's
-    `commit_gdn_replayssm_fold_all_layers`, l2 norm of k on) with Triton's JIT, k normalized as `norm`
-    says (one of NORM_NAMES' values), and the conv pair rolled back if given. For tests and benchmarks;
+    `commit_gdn_replayssm_fold_all_layers`, l2 norm of k on) with Triton's JIT, and the conv pair rolled
+    back if given: one launch. For tests and benchmarks;
     the server's commit goes through `commit_plan.CommitPlan` (checked once, then one launch).
     `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
     if null_id != -1:
@@ -460,16 +398,9 @@ def fold_all_layers(
     track_slots = _as_int32(track_slots) if has_track else slots
     track_steps = _as_int32(track_steps) if has_track else accept_lens
     tree_numpy = _tree_numpy() if tree_numpy is None else tree_numpy
-    constexprs = fold_constexprs(has_track, norm, tree_numpy)
-    scratch = state
-    if norm != NORM_IN_FOLD.value:
-        scratch = knorm_scratch(state, rawk, B)
-        grid, args = knorm_launch_args(state, rawk, slots, accept_lens, scratch)
-        gdn_replayssm_knorm_kernel[grid](*args, K=SUPPORTED_K, NULL_ID=-1, FRONT=constexprs["FRONT"],
-                                         TREE_NUMPY=tree_numpy, num_warps=1, num_stages=NUM_STAGES)
     gdn_replayssm_fold_kernel[fold_grid(state, B)](
-        state, rawv, rawk, scratch, src, dst, gate, beta, slots, accept_lens, track_slots, track_steps, *ints,
-        *conv_ints, **constexprs, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        state, rawv, rawk, src, dst, gate, beta, slots, accept_lens, track_slots, track_steps, *ints,
+        *conv_ints, **fold_constexprs(has_track, tree_numpy), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
 
 
@@ -479,7 +410,7 @@ def fold_signature(conv_dtype: str) -> dict:
             "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "V", "RL", "conv_elems",
             "conv_width", "conv_chunk", "conv_src_layer", "conv_src_row", "conv_src_step", "conv_src_dim",
             "conv_src_win", "conv_dst_layer", "conv_dst_slot", "conv_rows", "conv_steps", "conv_slots")
-    return {"state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "knorm": "*fp32", "conv_src": f"*{conv_dtype}",
+    return {"state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "conv_src": f"*{conv_dtype}",
             "conv_dst": f"*{conv_dtype}", "gate": "*fp32", "beta": "*fp32", "slots": "*i32", "accept_lens": "*i32",
             "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in ints}}
 
@@ -499,6 +430,6 @@ def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_ver
         return []
     front = lanes_from_front(triton_version)
     return [dict(kernel=gdn_replayssm_fold_kernel, signature=fold_signature(conv), attrs=FOLD_ATTRS,
-                 num_warps=NUM_WARPS, num_stages=NUM_STAGES, constexprs=fold_constexprs(has_track, NORM, False, front),
+                 num_warps=NUM_WARPS, num_stages=NUM_STAGES, constexprs=fold_constexprs(has_track, False, front),
                  label=f"gdn_fold K{k} any HV/H/V/window conv {conv} track={has_track}")
             for conv in sorted(set(conv_rollback.DTYPES.values())) for has_track in (False, True)]
