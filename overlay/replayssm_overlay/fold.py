@@ -21,16 +21,20 @@ Which fold, decided once per process (and logged once):
 The overlay's commit is a `kernels.commit_plan.CommitPlan` per (pool, batch size, track or not): checked
 once, then two launches per call. A call the overlay's kernels do not cover (another head dim, a
 layout, dtype or alignment that no binary was built for) is refused before the state is touched and
-runs SGLang's commit for that call only; each such shape is logged once and listed by `describe()`.
+runs SGLang's commit for that call only; each such shape is logged once, counted in `describe()`, and
+written to `$RSO_FALLBACK_DIR/<pid>.json` so that `replayssm-overlay status --json` lists it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 
 ENV_FOLD = "RSO_FOLD"
+ENV_FALLBACK_DIR = "RSO_FALLBACK_DIR"
+DEFAULT_FALLBACK_DIR = "/tmp/replayssm-overlay-fallbacks"
 _MODES = ("auto", "overlay", "sglang")
 
 logger = logging.getLogger("replayssm_overlay.fold")
@@ -101,14 +105,65 @@ def _kernel_source(kernels):
     return launch.JitKernels() if kernels is None else launch.PrebuiltKernels(kernels)
 
 
+def fallback_dir() -> str:
+    """Where serving processes list the shapes they ran SGLang's commit for, one file per process, so
+    that `replayssm-overlay status --json` (another process) can show them."""
+    return os.environ.get(ENV_FALLBACK_DIR) or DEFAULT_FALLBACK_DIR
+
+
 def _note_fallback(shape: str, reason: str) -> None:
-    """Count one call of `shape` that SGLang's commit runs; log the first one."""
+    """Count one call of `shape` that SGLang's commit runs; log the first one and record it on disk."""
     with _lock:
         entry = _fallbacks.get(shape)
         if entry is None:
             entry = _fallbacks[shape] = {"shape": shape, "reason": reason, "calls": 0}
             logger.warning("ReplaySSM GDN fold: SGLang's commit runs the calls of shape %s: %s", shape, reason)
+            _record_fallbacks()
         entry["calls"] += 1
+
+
+def _record_fallbacks() -> None:
+    """Best effort (a commit never fails over its report): <fallback_dir>/<pid>.json, written atomically."""
+    from replayssm_overlay.cliutil import atomic_write_json
+
+    folder = fallback_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        atomic_write_json(os.path.join(folder, f"{os.getpid()}.json"),
+                          {"pid": os.getpid(), "shapes": [{"shape": e["shape"], "reason": e["reason"]}
+                                                          for e in _fallbacks.values()]})
+    except OSError as err:
+        logger.warning("ReplaySSM GDN fold: cannot record the fallback shapes in %s: %s", folder, err)
+
+
+def recorded_fallbacks() -> list:
+    """The shapes live serving processes recorded (files of processes that are gone are ignored)."""
+    folder = fallback_dir()
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        pid = name.removesuffix(".json")
+        if not (name.endswith(".json") and pid.isdigit() and _alive(int(pid))):
+            continue
+        try:
+            with open(os.path.join(folder, name)) as f:
+                found += [dict(entry, pid=int(pid)) for entry in json.load(f).get("shapes", [])]
+        except (OSError, ValueError, AttributeError):
+            continue  # being replaced, or not ours
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _plan(key, spec_state, batch, has_track, kernels):
@@ -158,7 +213,7 @@ def fold_accepted_prefix(
     kind, _reason, kernels = _chosen()
     has_track = mamba_track_indices is not None and mamba_steps_to_track is not None
     if kind != "sglang":
-        batch = state_batch_indices.shape[0]
+        batch = len(state_batch_indices)
         if batch == 0:
             return
         key = (id(spec_state), batch, has_track)
@@ -171,13 +226,7 @@ def fold_accepted_prefix(
         elif isinstance(plan, _Refusal):
             _note_fallback(plan.shape, plan.reason)
         else:
-            from replayssm_overlay.kernels.commit_plan import indices
-
-            device = plan.device_index
-            slots, lens = indices(state_batch_indices, device), indices(accept_lens, device)
-            track = (indices(mamba_track_indices, device), indices(mamba_steps_to_track, device)) if has_track \
-                else (None, None)
-            plan.run(slots, lens, *track)
+            plan.run(state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track)
             return
     _sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
                    mamba_steps_to_track, null_block_id)
@@ -209,7 +258,13 @@ def fallbacks() -> list:
 def describe() -> dict:
     """Which fold the commit path uses on this node, and why. Cheap (imports no torch or triton): once a
     commit has run it reports that decision; before, what the settings and artifact folder point to
-    (the node checks -- Triton version, GPU arch, checksums -- run at the first commit)."""
+    (the node checks -- Triton version, GPU arch, checksums -- run at the first commit). `fallbacks`: the
+    shapes this process ran SGLang's commit for; `fallbacks_recorded`: those of every live serving
+    process on this node (`fallback_dir()`), which is what `status --json` shows."""
+    return {**_describe_choice(), "fallbacks_recorded": recorded_fallbacks()}
+
+
+def _describe_choice() -> dict:
     if _choice is not None:
         return {"fold": _choice[0], "reason": _choice[1], "decided": True, "fallbacks": fallbacks()}
     try:

@@ -6,6 +6,7 @@ records the call instead (a stand-in, test-only); the temporal state the overlay
 real thing, checked against SGLang's decode kernel, and the conv rollback against a plain copy.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def fresh_choice(monkeypatch):
+def fresh_choice(monkeypatch, tmp_path):
+    monkeypatch.setenv(fold.ENV_FALLBACK_DIR, str(tmp_path / "fallbacks"))
     monkeypatch.setattr(fold, "_choice", None)
     monkeypatch.setattr(fold, "_plans", {})
     monkeypatch.setattr(fold, "_fallbacks", {})
@@ -104,7 +106,8 @@ def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch):
     conv = _conv_pair(2, 5, 3, 3, seed=4)
     before = conv[0].clone()
     ss = _commit(case, _spec_state(case, conv))
-    assert fold.describe() == {"fold": "overlay-jit", "reason": fold._choice[1], "decided": True, "fallbacks": []}
+    assert fold.describe() == {"fold": "overlay-jit", "reason": fold._choice[1], "decided": True, "fallbacks": [],
+                               "fallbacks_recorded": []}
     assert torch.equal(case.temporal[:, [2, 0]], expected[:, [2, 0]])
     assert torch.equal(case.temporal[:, 3], tracked[0])
     assert torch.equal(case.temporal[:, [1, 4]], case.initial[:, [1, 4]])  # row 2 is padding: its track too
@@ -165,6 +168,13 @@ def test_an_uncovered_shape_runs_sglang_for_its_calls_only_and_is_listed(monkeyp
     assert sum("K=64" in r.getMessage() for r in caplog.records) == 1  # logged once per shape
     (entry,) = fold.describe()["fallbacks"]
     assert entry["calls"] == 2 and "K=64" in entry["reason"] and "K=64" in entry["shape"]
+    # and on disk, for `status --json` in another process
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'overlay'}")
+    code = "import json; from replayssm_overlay import fold; print(json.dumps(fold.describe()['fallbacks_recorded']))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    (recorded,) = json.loads(out.stdout)
+    assert recorded["pid"] == os.getpid() and recorded["shape"] == entry["shape"]
     # the next covered call is the overlay's again: no process-wide switch
     case = make_case(L=1, HV=2, H=2, K=128, V=16, N=2, slots=[1], accept_lens=[2], num_slots=2, seed=8)
     expected, _ = decode_reference(case)
