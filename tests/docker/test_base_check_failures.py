@@ -50,5 +50,5 @@ def test_other_sglang_release_fails_the_base_check(dockerd, standin_base, tmp_pa
     assert proc.returncode != 0
     error = _final_error(proc)
     assert "base-check failed [version]" in error, proc.stdout[-4000:]
-    assert "the base has SGLang 0.5.18" in error and "supports 0.5.19 only" in error
+    assert "the base has SGLang 0.5.18" in error and "this build is for SGLang 0.5.19" in error
     assert dockerd.docker("image", "inspect", "rso-test-must-not-exist:x", check=False).returncode != 0
