@@ -7,7 +7,7 @@
 #               [KERNEL_MODEL=all|PRESET,...] [KERNEL_WINDOW=T,...] [KERNEL_TP=N,...]
 #   make save   [IMAGE=...] [DIST_DIR=build/docker/dist]      make load TARBALL=file.tar.gz
 #   make push   REGISTRY=host[:port][/path] [IMAGE=...]       make image-diff [IMAGE=...]
-#   make pin-base [SGLANG_RELEASE=...] [CUDA_LANE=...] [DIGEST=sha256:...]   make docker-lint
+#   make pin-base [SGLANG_RELEASE=...] [CUDA_LANE=...] [DIGEST=sha256:...]   make pins   make docker-lint
 # Tests only: BASE_STANDIN=true BASE_IMAGE=<local image> builds on a stand-in (labelled as such).
 
 RSO_DOCKER_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
@@ -39,7 +39,7 @@ DIGEST ?=
 HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
 export DOCKER_BUILDKIT ?= 0
 
-.PHONY: build save load push image-diff pin-base docker-lint
+.PHONY: build save load push image-diff pin-base pins docker-lint
 
 build: ## build sglang-replayssm:<release>-<overlay> on the digest-pinned base (SGLANG_RELEASE=, CUDA_LANE=, KERNELS=build|skip)
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/build.py --image $(IMAGE) --release "$(SGLANG_RELEASE)" --lane "$(CUDA_LANE)" \
@@ -61,6 +61,9 @@ image-diff: ## what IMAGE changes versus its base: effective diff, manifest, add
 
 pin-base: ## resolve the base tag of SGLANG_RELEASE/CUDA_LANE to its registry digest, write it to docker/base.lock (prints old and new)
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/pin_base.py --release "$(SGLANG_RELEASE)" --lane "$(CUDA_LANE)" $(if $(DIGEST),--digest $(DIGEST))
+
+pins: ## every SGLang release and CUDA lane in docker/base.lock, pinned or not (JSON: PINS_JSON=1)
+	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/pins.py $(if $(PINS_JSON),--json)
 
 docker-lint: ## hadolint docker/Dockerfile
 	$(HADOLINT) $(RSO_DOCKER_DIR)/Dockerfile

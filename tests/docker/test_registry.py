@@ -1,0 +1,117 @@
+"""The registry path for real, against a local registry (Debian's docker-registry on loopback):
+`make push` and a pull back by the printed digest; `make pin-base` resolving a base tag there (old and
+new digest printed, a tag pushed over with other bytes shows as a new digest); `make build` pulling its
+base by digest (no stand-in flags: the release path); a digest the registry lacks and a registry that
+answers a push with an error each refused with one message, nothing built or pushed."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.docker import standin
+from tests.docker.helpers import make
+from tests.infra.registry import start_registry
+
+pytestmark = pytest.mark.slow
+
+PLACEHOLDER = "sha256:UNPINNED-run-make-pin-base"
+
+
+def _lock(tmp_path, repository, digest=PLACEHOLDER):
+    lock = tmp_path / "base.lock"
+    lock.write_text(f"# a lock in docker/base.lock's format, on the test registry\nSGLANG_RELEASE=0.5.19\n"
+                    f"BASE_REPOSITORY={repository}\nCUDA_LANE=cu130\nRELEASES=0.5.19\nLANES_0.5.19=cu130\n"
+                    f"BASE_TAG_0.5.19_cu130=v0.5.19-cu130\nBASE_DIGEST_0.5.19_cu130={digest}\n"
+                    "BASE_IMAGE_ID_0.5.19_cu130=\nDRIVER_FLOOR_cu130=580.65.06\n")
+    return lock
+
+
+def _forget(dockerd, repository):
+    """Drop every local reference into `repository` (tags and digests), so the next use must pull."""
+    refs = dockerd.docker("image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}",
+                          repository).stdout.split("\n")
+    for line in filter(None, refs):
+        repo, tag, digest = line.split()
+        for ref in ([f"{repo}:{tag}"] if tag != "<none>" else []) + ([f"{repo}@{digest}"] if digest != "<none>" else []):
+            dockerd.docker("image", "rm", ref, check=False)
+
+
+def _pinned(lock) -> str:
+    return re.search(r"^BASE_DIGEST_0\.5\.19_cu130=(\S+)$", lock.read_text(), re.M).group(1)
+
+
+def test_push_then_pull_back_by_the_printed_digest(dockerd, built_image, registry):
+    proc = make(dockerd, "push", f"IMAGE={built_image.ref}", f"REGISTRY={registry.address}/ml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    pushed = re.search(r"deploy by digest: (\S+)", proc.stdout).group(1)
+    repository = f"{registry.address}/ml/sglang-replayssm"
+    assert re.fullmatch(re.escape(repository) + r"@sha256:[0-9a-f]{64}", pushed), pushed
+    _forget(dockerd, repository)
+    dockerd.docker("pull", pushed, timeout=300)
+    assert dockerd.docker("image", "inspect", "--format", "{{.Id}}", pushed).stdout.strip() == built_image.id
+    _forget(dockerd, repository)
+
+
+def test_base_pinned_from_the_registry_is_pulled_by_digest_and_a_moved_tag_is_seen(dockerd, standin_base, registry,
+                                                                                    tmp_path):
+    repository = f"{registry.address}/lmsysorg/sglang"
+    tag = f"{repository}:v0.5.19-cu130"
+    dockerd.docker("tag", standin_base, tag)
+    dockerd.docker("push", tag, timeout=300)
+    lock = _lock(tmp_path, repository)
+    try:
+        proc = make(dockerd, "pin-base", f"BASE_LOCK={lock}")  # no buildx/crane here: pull + RepoDigests
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        digest = _pinned(lock)
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+        assert f"old {PLACEHOLDER}" in proc.stdout and f"new {digest}" in proc.stdout
+
+        _forget(dockerd, repository)  # the build must pull the base, by the locked digest
+        image = "rso-test-from-registry:x"
+        proc = make(dockerd, "build", f"BASE_LOCK={lock}", "KERNELS=skip", f"BUILD_DIR={tmp_path / 'b'}",
+                    f"IMAGE={image}")
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert f"pulling {tag}@{digest} by digest" in proc.stdout
+        labels = json.loads(dockerd.docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
+        assert labels["org.opencontainers.image.base.digest"] == digest
+        assert labels["org.opencontainers.image.base.name"] == tag
+        assert labels["org.replayssm.base.standin"] == "false"
+        dockerd.docker("image", "rm", image)
+
+        # other bytes pushed over the tag: the lock still names the old bytes; pin-base shows the move
+        moved = standin.derive(dockerd, standin_base, tag, {"/etc/rso-moved-tag": b"other bytes\n"})
+        dockerd.docker("push", tag, timeout=300)
+        proc = make(dockerd, "pin-base", f"BASE_LOCK={lock}")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        new = _pinned(lock)
+        assert new != digest and f"old {digest}" in proc.stdout and f"new {new}" in proc.stdout
+        assert "changed: review and commit" in proc.stdout
+        assert dockerd.docker("image", "inspect", "--format", "{{.Id}}", f"{repository}@{new}").stdout.strip() == moved
+    finally:
+        _forget(dockerd, repository)
+
+
+def test_a_digest_the_registry_lacks_stops_the_build_before_anything_is_built(dockerd, registry, tmp_path):
+    missing = "sha256:" + "7" * 64
+    lock = _lock(tmp_path, f"{registry.address}/lmsysorg/sglang", digest=missing)
+    proc = make(dockerd, "build", f"BASE_LOCK={lock}", "KERNELS=skip", f"BUILD_DIR={tmp_path / 'b'}",
+                "IMAGE=rso-test-must-not-exist:x")
+    assert proc.returncode != 0
+    error = proc.stdout[proc.stdout.rindex("error: "):]
+    assert f"the registry has no image with the pinned digest {missing}" in error, proc.stdout[-3000:]
+    assert "make pin-base SGLANG_RELEASE=0.5.19 CUDA_LANE=cu130" in error
+    assert "[2/4]" not in proc.stdout  # refused in the preflight: no wheel, no build
+    assert dockerd.docker("image", "inspect", "rso-test-must-not-exist:x", check=False).returncode != 0
+
+
+def test_a_registry_that_refuses_the_push_gives_one_message_and_leaves_no_tag(dockerd, built_image, tmp_path):
+    with start_registry(tmp_path / "ro", read_only=True) as read_only:
+        proc = make(dockerd, "push", f"IMAGE={built_image.ref}", f"REGISTRY={read_only.address}/ml")
+    assert proc.returncode != 0
+    error = proc.stdout[proc.stdout.rindex("error: "):]
+    assert f"registry {read_only.address}/ml refused the push" in error and "fix: " in error, proc.stdout[-3000:]
+    target = f"{read_only.address}/ml/{built_image.ref}"
+    assert dockerd.docker("image", "inspect", target, check=False).returncode != 0
