@@ -1,6 +1,6 @@
 """SGLang 0.5.19's own GDN fold kernel as a kernel provider for the ahead-of-time build (proof only).
 
-The overlay's build (`replayssm_overlay.kernels.aot`) compiles whatever a provider lists. Until the
+The overlay's build (`replayssm_overlay.aot.build`) compiles whatever a provider lists. Until the
 overlay's own fold kernel exists, the build, the loader and the GPU proof are exercised on SGLang's
 fold, loaded by file path (nothing of SGLang is copied here). SGLang passes every stride as a
 `tl.constexpr`, so its binaries also depend on the number of layers and of mamba slots, which a

@@ -278,7 +278,8 @@ def variants(ceiling: float):
 
         def only_knorm(i):
             gdn_fold.gdn_replayssm_knorm_kernel[(TARGET["H"] * L, B)](
-                pool.rawk, pool.slot_sets[i], lens, knorm, pool.rawk.stride(0) // K, pool.rawk.stride(1) // K,
+                rawk=pool.rawk, slots=pool.slot_sets[i], accept_lens=lens, knorm=knorm,
+                rawk_layer_rows=pool.rawk.stride(0) // K, rawk_slot_rows=pool.rawk.stride(1) // K,
                 H=TARGET["H"], K=K, RL=N, USE_QK_L2NORM=True, NULL_ID=-1, FRONT=gdn_fold.lanes_from_front(),
                 TREE_NUMPY=False, num_warps=1, num_stages=1)
         t = graph_time(only_knorm, 4, 40)

@@ -27,7 +27,7 @@ class SandboxError(RuntimeError):
 
 def installed_sglang() -> pathlib.Path:
     """The installed `sglang` package directory (found without importing it); must be 0.5.19."""
-    from replayssm_overlay.target import declared_version, find_sglang_dir
+    from replayssm_overlay.patcher.target import declared_version, find_sglang_dir
 
     try:
         sglang_dir = find_sglang_dir()
@@ -57,10 +57,12 @@ def sglang_copy():
 
 
 def apply_overlay(sglang_dir: pathlib.Path) -> dict:
-    """Patch the copy with the overlay's patcher (its Python API); returns the patcher's report."""
+    """Patch the copy with the overlay's patcher (its Python API), recording the fold choice in the
+    manifest as the command line does; returns the patcher's report."""
+    from replayssm_overlay import fold
     from replayssm_overlay.patcher import apply
 
-    return apply(sglang_dir)
+    return apply(sglang_dir, kernels=fold.describe())
 
 
 FOLD_VARIABLE = "RSO_FOLD"  # the overlay's fold choice (replayssm_overlay.fold): auto, overlay, sglang

@@ -1,4 +1,5 @@
-# Ahead-of-time fold kernels (overlay/replayssm_overlay/kernels/{aot,loader,cli}.py); see kernels/AOT.md.
+# Ahead-of-time fold kernels (build: overlay/replayssm_overlay/aot/, node side: kernels/{loader,cli}.py);
+# see overlay/replayssm_overlay/aot/README.md.
 # Included from the top Makefile; alone: make -f overlay/aot.mk TARGET (from the repo root).
 PY ?= .venv/bin/python
 AOT_PY312 ?= /root/.pyenv/versions/3.12.1/bin/python3.12

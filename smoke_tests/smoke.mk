@@ -4,7 +4,7 @@
 # make itself exits 2 on any failure; the CLI's own code (0 pass, 1 gate failed, 2 error) is in
 # $(OUT)/report.json as exit_code (OUT defaults to smoke-report; this file sets no global OUT).
 SMOKE_PY ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
-SMOKE_RUN = PYTHONPATH=smoke_tests$${PYTHONPATH:+:$$PYTHONPATH} $(SMOKE_PY) -m replayssm_smoke.cli
+SMOKE_RUN = PYTHONPATH=smoke_tests:overlay$${PYTHONPATH:+:$$PYTHONPATH} $(SMOKE_PY) -m replayssm_smoke.cli
 SMOKE_USAGE = usage: make smoke TARGET=http://HOST:PORT [REFERENCE=URL | GOLDEN=FILE] [OUT=dir] [SMOKE_ARGS=...]
 
 .PHONY: smoke smoke-record

@@ -108,7 +108,7 @@ def check_version(package_dir, release):
             f"for SGLang {release} (SGLANG_RELEASE={release})",
             f"build FROM lmsysorg/sglang:v{release}-<lane> pinned by digest in docker/base.lock, or pass the "
             "SGLANG_RELEASE the base has (docker/README.md, 'When the base check fails'); a release the lock does "
-            "not list needs the overlay ported first (overlay/replayssm_overlay/releases.py)")
+            "not list needs the overlay ported first (overlay/replayssm_overlay/patcher/releases.py)")
     return declared
 
 

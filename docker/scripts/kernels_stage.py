@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-# The AOT build command (`replayssm-overlay kernels build`, overlay/replayssm_overlay/kernels/AOT.md);
+# The AOT build command (`replayssm-overlay kernels build`, overlay/replayssm_overlay/aot/README.md);
 # one `--model PRESET` per preset in RSO_KERNEL_MODEL, none for `all` (the command builds every preset);
 # `--window T...` and `--tp N...` from RSO_KERNEL_WINDOW / RSO_KERNEL_TP when set.
 BUILD_COMMAND = [sys.executable, "-m", "replayssm_overlay", "kernels", "build", "--out", "{out}"]

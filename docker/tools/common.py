@@ -90,7 +90,7 @@ def base_pin(lock: dict[str, str], release: str, lane: str) -> dict[str, str]:
     if release not in releases:
         raise Refusal(f"unknown SGLang release {release!r}: docker/base.lock pins {', '.join(releases)}",
                       f"use SGLANG_RELEASE={' or '.join(releases)}; another release needs the overlay ported "
-                      "to it first (overlay/replayssm_overlay/releases.py) and its lines in docker/base.lock")
+                      "to it first (overlay/replayssm_overlay/patcher/releases.py) and its lines in docker/base.lock")
     lanes = _listed(lock, f"LANES_{release}")
     if lane not in lanes or f"BASE_DIGEST_{release}_{lane}" not in lock or f"BASE_TAG_{release}_{lane}" not in lock:
         raise Refusal(f"unknown CUDA lane {lane!r} for SGLang {release}: docker/base.lock pins "

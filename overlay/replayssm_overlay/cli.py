@@ -1,5 +1,9 @@
 """The `replayssm-overlay` command (also `python -m replayssm_overlay`): apply, verify, revert, diff and
-status of the overlay's patch on an installed SGLang.
+status of the overlay's patch on an installed SGLang, and the `kernels` group.
+
+It composes the parts that do not know each other: `status` is the patcher's report plus the fold's
+`describe()`, and `apply` records that description in the manifest, so the patcher imports nothing of
+`fold` or `kernels`; the `kernels` group gets its `build` from the ahead-of-time build (`aot.cli`).
 
 Exit codes: 0 ok; 1 a check failed (`verify`); 2 usage error, environment error or refusal (nothing was
 changed). Every subcommand takes `--json` (one JSON object on stdout) and `--sglang-dir`.
@@ -8,15 +12,16 @@ is a subparser whose defaults carry `handler=callable(args) -> exit code`.
 """
 
 import argparse
-import json
 import sys
 
 import replayssm_overlay
-from replayssm_overlay import patcher
+from replayssm_overlay import fold, patcher
+from replayssm_overlay.aot.cli import add_build
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, print_json
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels.cli import register as register_kernels
-from replayssm_overlay.releases import RELEASES, TARGET_FILES
-from replayssm_overlay.target import find_sglang_dir
+from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES
+from replayssm_overlay.patcher.target import find_sglang_dir
 
 STATUS_SCHEMA_HELP = """\
 JSON (--json), schema 1:
@@ -122,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     status.set_defaults(handler=_status)
-    register_kernels(sub)
+    register_kernels(sub, add_build)
     return parser
 
 
@@ -131,20 +136,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "handler", None) is None:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         return args.handler(args)
     except OverlayError as err:
         print(f"replayssm-overlay {args.command}: {err}", file=sys.stderr)
         if getattr(args, "json", False):
-            _print_json({"ok": False, "error": err.what, "fix": err.fix})
-        return 2
+            print_json({"ok": False, "error": err.what, "fix": err.fix})
+        return EXIT_USAGE
 
 
 def _apply(args) -> int:
-    result = patcher.apply(_target(args), allow_unverified=args.allow_unverified, dry_run=args.dry_run)
+    result = patcher.apply(
+        _target(args), allow_unverified=args.allow_unverified, dry_run=args.dry_run, kernels=fold.describe()
+    )
     _report(args, result, _file_actions(result))
-    return 0
+    return EXIT_OK
 
 
 def _verify(args) -> int:
@@ -154,26 +161,27 @@ def _verify(args) -> int:
     else:
         text = "FAILED:\n" + "\n".join(f"  - {problem}" for problem in result["problems"])
     _report(args, result, text)
-    return 0 if result["ok"] else 1
+    return EXIT_OK if result["ok"] else EXIT_CHECK_FAILED
 
 
 def _revert(args) -> int:
     result = patcher.revert(_target(args))
     _report(args, result, _file_actions(result))
-    return 0
+    return EXIT_OK
 
 
 def _diff(args) -> int:
     text = patcher.diff(_target(args))
     if args.json:
-        _print_json({"diff": text})
+        print_json({"diff": text})
     else:
         sys.stdout.write(text)
-    return 0
+    return EXIT_OK
 
 
 def _status(args) -> int:
     result = patcher.status(_target(args))
+    result["kernels"] = fold.describe()
     kernels = ", ".join(f"{k}={v}" for k, v in result["kernels"].items())
     rows = [("FILE", "STATE", "RELEASE", "SHA256")] + [
         (
@@ -195,7 +203,7 @@ def _status(args) -> int:
         + f"\nkernels:  {kernels}\n\n{table}"
     )
     _report(args, result, text)
-    return 0
+    return EXIT_OK
 
 
 def _target(args):
@@ -213,10 +221,6 @@ def _file_actions(result: dict) -> str:
 
 def _report(args, result: dict, text: str) -> None:
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         print(text)
-
-
-def _print_json(payload: dict) -> None:
-    print(json.dumps(payload, indent=2, sort_keys=True))

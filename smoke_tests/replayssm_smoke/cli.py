@@ -10,9 +10,10 @@ environment error (nothing is then reported as a pass).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+
+from replayssm_overlay.cliutil import EXIT_OK, EXIT_USAGE, print_json
 
 from . import __version__, acceptance, exactness, gates, golden, metrics, report, runner, server, thresholds
 from .errors import SmokeEnvironmentError
@@ -147,7 +148,8 @@ def record(args, progress: Progress) -> dict:
 
 
 def run(args, progress: Progress) -> dict:
-    """The whole check; returns report.json's content (raises SmokeEnvironmentError for exit 2).
+    """The whole check; returns report.json's body (`report.finished_run`; raises SmokeEnvironmentError
+    for exit 2).
 
     Everything that can be refused (files, servers, golden recording) is checked before the first
     generation request.
@@ -205,33 +207,13 @@ def run(args, progress: Progress) -> dict:
     else:
         par = {"passed": None, "skipped": "no --reference or --golden given", "first_divergence": {}}
 
-    target_tps, ref_tps = _p50([g.tokens_per_s for g in gens]), _p50([g.tokens_per_s for g in ref_gens])
-    verdict = gates.collect(acc, cross, tf_summary, par)
-    ok = gates.passed(verdict)
-    return {
-        "passed": ok,
-        "exit_code": 0 if ok else 1,
-        "target": info.summary(),
-        "reference": ref_info.summary() if ref_info else None,
-        "golden": golden_info,
-        "thresholds": {"source": th_source, "profile": profile.name, "how_measured": profile.how_measured},
-        "notes": notes,
-        "acceptance": acc,
-        "acceptance_overall": overall,
-        "metrics_cross_check": cross,
-        "speed": {"concurrency": args.concurrency, "target_tokens_per_s_p50": target_tps,
-                  "reference_tokens_per_s_p50": ref_tps,
-                  "speedup": target_tps / ref_tps if target_tps and ref_tps else None},
-        "exactness": {"tie_margin": tie_margin, "tie_margin_source": tie_source, "teacher_forced": tf_summary,
-                      "parity": par},
-        "gates": verdict,
-        "requests": [
-            {"prompt_id": r.prompt_id, "class": r.cls, "completion_tokens": r.completion_tokens,
-             "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate,
-             "tokens_per_s": g.tokens_per_s}
-            for r, g in zip(rows, gens)
-        ],
-    }
+    return report.finished_run(
+        info=info, ref_info=ref_info, golden_info=golden_info, th_source=th_source, profile=profile, notes=notes,
+        acceptance=acc, acceptance_overall=overall, cross=cross, concurrency=args.concurrency,
+        target_tps=_p50([g.tokens_per_s for g in gens]), ref_tps=_p50([g.tokens_per_s for g in ref_gens]),
+        tie_margin=tie_margin, tie_source=tie_source, teacher_forced=tf_summary, parity=par,
+        verdict=gates.collect(acc, cross, tf_summary, par), rows=rows, gens=gens,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,28 +228,31 @@ def main(argv: list[str] | None = None) -> int:
         except SmokeEnvironmentError as exc:
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
             return exc.exit_code
-        print(json.dumps(done) if args.json else f"recorded {done['prompts']} prompts to {done['recorded']}")
-        return 0
+        if args.json:
+            print_json(done, sort_keys=False, indent=None)
+        else:
+            print(f"recorded {done['prompts']} prompts to {done['recorded']}")
+        return EXIT_OK
     try:
         body = run(args, progress)
     except KeyboardInterrupt:
         print("replayssm-smoke: interrupted, no report written", file=sys.stderr)
         return 130
     except SmokeEnvironmentError as exc:
-        body = {"passed": False, "exit_code": exc.exit_code, "error": {"what": exc.what, "fix": exc.fix},
-                "target": {"url": args.target}, "gates": []}
+        body = report.stopped_run(exc, args.target)
         if args.json:  # the table on stdout carries the message otherwise
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
-    doc = {"schema": report.SCHEMA, "tool_version": __version__,
-           "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-           "duration_s": round(time.time() - started, 3), **body}
+    doc = report.document(body, started, time.time())
     try:
         written = report.write(args.out, doc)
         progress(f"wrote {', '.join(written)}")
     except OSError as exc:
         print(f"replayssm-smoke: error: cannot write the report to {args.out}: {exc}", file=sys.stderr)
-        return 2
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if args.json else report.table(doc))
+        return EXIT_USAGE
+    if args.json:
+        print_json(doc, sort_keys=False)
+    else:
+        sys.stdout.write(report.table(doc))
     return doc["exit_code"]
 
 

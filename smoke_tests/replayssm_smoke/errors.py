@@ -5,11 +5,13 @@ Each carries what is wrong and how to fix it, so the CLI can print one clear mes
 
 from __future__ import annotations
 
+from replayssm_overlay.cliutil import EXIT_USAGE
+
 
 class SmokeEnvironmentError(Exception):
     """A usage or environment problem: bad input file, unreachable or non-SGLang server, bad response."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
     def __init__(self, what: str, fix: str = "") -> None:
         super().__init__(what)

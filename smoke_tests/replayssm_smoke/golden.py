@@ -8,10 +8,10 @@ parity finding).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
+
+from replayssm_overlay.cliutil import atomic_write
 
 from .errors import SmokeEnvironmentError
 from .prompts import Prompt
@@ -33,10 +33,7 @@ def write(path: str, server: dict, gens: list[Generation]) -> None:
     }
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".golden-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
-    os.replace(tmp, target)
+    atomic_write(target, json.dumps(doc))
 
 
 def load(path: str, prompts: list[Prompt]) -> tuple[dict, dict[str, tuple[list[int], list[int]]]]:

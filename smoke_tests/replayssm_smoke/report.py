@@ -1,20 +1,75 @@
 """The run's outputs: report.json, junit.xml, accept_length.svg, and the table people read.
 
-report.json is the contract (schema `replayssm-smoke/1`, documented in smoke_tests/README.md). A run
-that stopped on a usage or environment error still writes a report, with `passed: false` and `error`,
-so nothing partial can read as a pass.
+report.json is the contract (schema `replayssm-smoke/1`, each field documented in smoke_tests/README.md),
+and this module builds it: `finished_run` or `stopped_run` makes the body, `document` adds the envelope;
+`RUN_KEYS` and `ERROR_KEYS` are its top-level keys, in order. A run that stopped on a usage or
+environment error still writes a report, with `passed: false` and `error`, so nothing partial can read
+as a pass.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import time
 from pathlib import Path
 
-from . import junit, plot
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, atomic_write
+
+from . import __version__, gates, junit, plot
 
 SCHEMA = "replayssm-smoke/1"
+
+ENVELOPE_KEYS = ("schema", "tool_version", "started_at", "duration_s")
+#: report.json of a run that got to its verdict (exit 0 or 1)
+RUN_KEYS = ENVELOPE_KEYS + ("passed", "exit_code", "target", "reference", "golden", "thresholds", "notes",
+                            "acceptance", "acceptance_overall", "metrics_cross_check", "speed", "exactness",
+                            "gates", "requests")
+#: report.json of a run stopped by a usage or environment error (exit 2)
+ERROR_KEYS = ENVELOPE_KEYS + ("passed", "exit_code", "error", "target", "gates")
+
+
+def finished_run(*, info, ref_info, golden_info, th_source, profile, notes, acceptance, acceptance_overall,
+                 cross, concurrency, target_tps, ref_tps, tie_margin, tie_source, teacher_forced, parity,
+                 verdict, rows, gens) -> dict:
+    """The body of a run that got to its verdict, from what `cli.run` measured and decided."""
+    ok = gates.passed(verdict)
+    return {
+        "passed": ok,
+        "exit_code": EXIT_OK if ok else EXIT_CHECK_FAILED,
+        "target": info.summary(),
+        "reference": ref_info.summary() if ref_info else None,
+        "golden": golden_info,
+        "thresholds": {"source": th_source, "profile": profile.name, "how_measured": profile.how_measured},
+        "notes": notes,
+        "acceptance": acceptance,
+        "acceptance_overall": acceptance_overall,
+        "metrics_cross_check": cross,
+        "speed": {"concurrency": concurrency, "target_tokens_per_s_p50": target_tps,
+                  "reference_tokens_per_s_p50": ref_tps,
+                  "speedup": target_tps / ref_tps if target_tps and ref_tps else None},
+        "exactness": {"tie_margin": tie_margin, "tie_margin_source": tie_source, "teacher_forced": teacher_forced,
+                      "parity": parity},
+        "gates": verdict,
+        "requests": [
+            {"prompt_id": r.prompt_id, "class": r.cls, "completion_tokens": r.completion_tokens,
+             "spec_verify_ct": r.verify_ct, "accept_length": r.accept_length, "spec_accept_rate": r.accept_rate,
+             "tokens_per_s": g.tokens_per_s}
+            for r, g in zip(rows, gens)
+        ],
+    }
+
+
+def stopped_run(error, target_url: str) -> dict:
+    """The body of a run stopped by `error` (a SmokeEnvironmentError): failed, with what and how to fix."""
+    return {"passed": False, "exit_code": error.exit_code, "error": {"what": error.what, "fix": error.fix},
+            "target": {"url": target_url}, "gates": []}
+
+
+def document(body: dict, started: float, finished: float) -> dict:
+    """report.json: the envelope (schema, tool version, UTC start, duration) and the body."""
+    return {"schema": SCHEMA, "tool_version": __version__,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "duration_s": round(finished - started, 3), **body}
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -29,7 +84,7 @@ def _bar(value, top: float, width: int = 20) -> str:
 
 def table(report: dict) -> str:
     lines = []
-    verdict = {0: "PASS", 1: "FAIL", 2: "ERROR"}[report["exit_code"]]
+    verdict = {EXIT_OK: "PASS", EXIT_CHECK_FAILED: "FAIL", EXIT_USAGE: "ERROR"}[report["exit_code"]]
     target = report.get("target") or {}
     lines.append(f"replayssm-smoke: {verdict}  target {target.get('url', '?')}  model {target.get('model_path', '?')}"
                  f"  algorithm {target.get('speculative_algorithm', '?')}")
@@ -97,13 +152,6 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def write(out_dir: str, report: dict) -> list[str]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,5 +159,5 @@ def write(out_dir: str, report: dict) -> list[str]:
     if report.get("acceptance"):
         files["accept_length.svg"] = plot.render(report["acceptance"])
     for name, text in files.items():
-        _atomic_write(out / name, text)
+        atomic_write(out / name, text)
     return [str(out / name) for name in files]

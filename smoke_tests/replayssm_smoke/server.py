@@ -2,7 +2,7 @@
 
 Reads 0.5.19's `/server_info` (falling back to the deprecated `/get_server_info`): the flat server
 arguments (`model_path`, `served_model_name`, `speculative_algorithm`, `speculative_num_draft_tokens`,
-`enable_linear_replayssm_spec`, `enable_metrics`), `internal_states[].avg_spec_accept_length` and `version`.
+`enable_linear_replayssm_spec`), `internal_states[].avg_spec_accept_length` and `version`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ class ServerInfo:
     speculative_algorithm: str | None
     speculative_num_draft_tokens: int | None
     replayssm_spec: bool | None
-    metrics_enabled: bool | None
     raw: dict
 
     @property
@@ -100,7 +99,6 @@ def probe(url: str, timeout: float) -> ServerInfo:
         speculative_algorithm=info.get("speculative_algorithm") or None,
         speculative_num_draft_tokens=draft if isinstance(draft, int) else None,
         replayssm_spec=info.get("enable_linear_replayssm_spec"),
-        metrics_enabled=info.get("enable_metrics"),
         raw=info,
     )
 

@@ -11,12 +11,14 @@ import sys
 import pytest
 
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import aot, aot_manifest as am
+from replayssm_overlay.aot import build as aot
+from replayssm_overlay.cliutil import sha256_file
+from replayssm_overlay.kernels import artifact_format as af
 from tests.aot.aot_helpers import build_args, child_env, cli
 
 
 def _manifest(folder):
-    return json.loads((folder / am.MANIFEST_NAME).read_text())
+    return json.loads((folder / af.MANIFEST_NAME).read_text())
 
 
 def _snapshot(folder):
@@ -27,11 +29,12 @@ def test_manifest_describes_the_build(built):
     import triton
 
     manifest = _manifest(built)
-    assert manifest["schema"] == am.SCHEMA
+    assert manifest["schema"] == af.SCHEMA
     assert manifest["builder"]["triton"] == triton.__version__
-    assert manifest["builder"]["python"] == am.python_tag()
+    assert manifest["builder"]["python"] == af.python_tag()
     assert manifest["target"] == {"backend": "cuda", "arch": 90, "warp_size": 32}
     (kernel,) = manifest["kernels"]
+    assert set(kernel) == {"name", "module", "source_key", "arg_names", "specializations"}  # artifact_format's doc
     assert kernel["name"] == "gdn_replayssm_exact_fold_kernel"
     assert len(kernel["source_key"]) == 64 and kernel["arg_names"][0] == "h0"
     specs = kernel["specializations"]
@@ -48,10 +51,10 @@ def test_manifest_describes_the_build(built):
 
 def test_every_file_is_listed_with_its_sha256(built):
     manifest = _manifest(built)
-    on_disk = {str(p.relative_to(built)) for p in built.rglob("*") if p.is_file()} - {am.MANIFEST_NAME}
+    on_disk = {str(p.relative_to(built)) for p in built.rglob("*") if p.is_file()} - {af.MANIFEST_NAME}
     assert set(manifest["files"]) == on_disk
     for rel, digest in manifest["files"].items():
-        assert am.sha256_file(built / rel) == digest
+        assert sha256_file(built / rel) == digest
 
 
 def test_launcher_modules_are_built_for_this_python_and_keep_libcuda(built):

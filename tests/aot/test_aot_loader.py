@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import aot_manifest as am
+from replayssm_overlay.kernels import artifact_format as af
 from replayssm_overlay.kernels import loader
 from tests.aot.aot_helpers import child_env
 
@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 def facts(**change):
     import triton
 
-    base = dict(triton=triton.__version__, python=am.python_tag(), platform=am.platform_key(), arch=90)
+    base = dict(triton=triton.__version__, python=af.python_tag(), platform=af.platform_key(), arch=90)
     return loader.NodeFacts(**{**base, **change})
 
 
@@ -42,7 +42,8 @@ def test_folder_comes_from_argument_then_env_then_default(monkeypatch, tmp_path)
 
 def test_matching_node_opens(built):
     artifacts = loader.ArtifactSet.open(built, facts())
-    assert artifacts.describe()["kernels"] == {"gdn_replayssm_exact_fold_kernel": 2}
+    assert artifacts.folder == built
+    assert af.summary(artifacts.manifest)["kernels"] == {"gdn_replayssm_exact_fold_kernel": 2}
 
 
 def test_refuses_another_triton_version(built):
@@ -74,12 +75,12 @@ def test_refuses_a_missing_file_folder_or_manifest(artifacts, tmp_path):
     module.unlink()
     assert f"file {module.relative_to(artifacts)} is missing" in refusal(artifacts)
     assert "does not exist" in refusal(tmp_path / "nowhere")
-    (artifacts / am.MANIFEST_NAME).unlink()
+    (artifacts / af.MANIFEST_NAME).unlink()
     assert "no manifest.json" in refusal(artifacts)
 
 
 def test_refuses_a_manifest_of_another_schema(artifacts):
-    path = artifacts / am.MANIFEST_NAME
+    path = artifacts / af.MANIFEST_NAME
     manifest = json.loads(path.read_text())
     manifest["schema"] = "something-else/9"
     path.write_text(json.dumps(manifest))
@@ -213,12 +214,10 @@ def test_launcher_modules_are_served_from_the_folder_without_gcc(built, tmp_path
 def test_launcher_gets_the_signature_in_argument_order(built):
     """The manifest's JSON keeps keys sorted; Triton's launcher reads the signature's values in order as
     the argument order, so the loader must rebuild it in argument order (a sorted one launches garbage)."""
-    from replayssm_overlay.kernels import aot_modules
-
-    kernel = am.read_manifest(built)["kernels"][0]
+    kernel = af.read_manifest(built)["kernels"][0]
     spec = kernel["specializations"][0]
     assert list(spec["signature"]) != kernel["arg_names"]  # as stored: sorted
-    source = aot_modules.launcher_source(kernel["arg_names"], spec["signature"], spec["constexprs"])
+    source = af.launcher_source(kernel["arg_names"], spec["signature"], spec["constexprs"])
     assert list(source.signature) == kernel["arg_names"]
     assert list(source.signature.values())[:2] == ["*fp32", "*bf16"]
 

@@ -92,14 +92,14 @@ class Node:
         }
 
     def containers(self) -> dict[str, dict]:
-        """name -> {id, image, running, started} for every container on the node's daemon."""
+        """name -> {id, image, running, started, labels} for every container on the node's daemon."""
         ids = self.dockerd.docker("ps", "-aq").stdout.split()
         if not ids:
             return {}
         out = {}
         for c in json.loads(self.dockerd.docker("inspect", *ids).stdout):
             out[c["Name"].lstrip("/")] = {"id": c["Id"], "image": c["Image"], "running": c["State"]["Running"],
-                                          "started": c["State"]["StartedAt"]}
+                                          "started": c["State"]["StartedAt"], "labels": c["Config"]["Labels"] or {}}
         return out
 
     def state(self, service: str) -> dict:

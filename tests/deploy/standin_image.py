@@ -1,8 +1,8 @@
 """The stand-in server image the rollout tests deploy, saved as `make save`-style tarballs.
 
-No GPU server can run here, so the image the tests roll out is minimal Debian + python3 (the docker
-helper's cached debootstrap rootfs, `tests/docker/standin.py`) with the test double of SGLang's HTTP API
-(`tests/doubles/sglang_server.py`) installed as a module named `sglang.launch_server`: the role's
+No GPU server can run here, so the image the tests roll out is minimal Debian + python3 (the
+debootstrap rootfs that the image tests' `tests/docker/standin.py` builds and caches) with the test
+double of SGLang's HTTP API (`tests/doubles/sglang_server.py`) installed as a module named `sglang.launch_server`: the role's
 production command line, `python3 -m sglang.launch_server --model-path ... --host ... --port ...`,
 runs unchanged. Two versions with different image IDs (v1, v2) let the tests roll forward and back.
 Each is saved like `make save` does: `<name>_<tag>.tar.gz`, its `.sha256`, and `<name>_<tag>.image-id`.
@@ -64,7 +64,7 @@ class SavedImage:
 
 
 def _debian_image(daemon) -> str:
-    """Import the docker helper's cached debootstrap rootfs (minimal Debian + python3) into `daemon`."""
+    """Import `standin.rootfs_tarball()` (the cached debootstrap rootfs: minimal Debian + python3) into `daemon`."""
     ref = "rso-deploy-debian:bookworm"
     daemon.docker("import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                   str(standin.rootfs_tarball()), ref, timeout=600)

@@ -51,6 +51,9 @@ def test_clean_rollout_canary_first(fleet, saved_images, tmp_path):
     for node in fleet.nodes:
         container = node.containers()[SERVICE]
         assert container["running"] and container["image"] == v1.image_id
+        # the idempotence label and the image reference, in the image labels' namespace
+        assert re.fullmatch(r"[0-9a-f]{64}", container["labels"]["org.replayssm.spec"])
+        assert container["labels"]["org.replayssm.image-ref"] == v1.ref
         state = node.state(SERVICE)
         assert state["current"]["image_id"] == v1.image_id
         assert "--enable-linear-replayssm-spec" in state["current"]["argv"]

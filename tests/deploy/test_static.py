@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,17 @@ def test_driver_floor_comes_from_the_base_lock(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     proc = _playbook(inventory, "preflight.yml", "--tags", "static")  # without the lock: unknown lane
     assert proc.returncode != 0 and "unknown sglang_image_cuda_lane 'cu777'" in proc.stdout
+
+
+def test_image_and_container_labels_share_one_namespace():
+    """The image's labels (docker/) and the rollout's container labels (deploy/) are all org.replayssm.*."""
+    label = re.compile(r"\b[a-z][a-z0-9-]*\.replayssm\.[a-z][a-z0-9.-]*")
+    files = [f for tree in ("deploy", "docker") for f in (REPO / tree).rglob("*")
+             if f.is_file() and f.suffix in {"", ".yml", ".py", ".md"} and "collections" not in f.parts]
+    found = {m for f in files for m in label.findall(f.read_text())}
+    assert any(name.startswith("org.replayssm.spec") for name in found)
+    assert any(name.startswith("org.replayssm.overlay.") for name in found)
+    assert {name for name in found if not name.startswith("org.replayssm.")} == set()
 
 
 def _filters():

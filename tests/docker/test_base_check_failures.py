@@ -27,7 +27,7 @@ def _build(dockerd, base, tmp_path):
 
 
 def test_modified_target_file_fails_the_base_check(dockerd, standin_base, tmp_path):
-    from replayssm_overlay.releases import RELEASES
+    from replayssm_overlay.patcher.releases import RELEASES
 
     with zipfile.ZipFile(standin.sglang_wheel("0.5.19")) as wheel:
         pristine = wheel.read(f"sglang/{CONFIGURATOR}")

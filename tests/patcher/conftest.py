@@ -11,8 +11,8 @@ import zipfile
 
 import pytest
 
-from replayssm_overlay.releases import TARGET_FILES
-from replayssm_overlay.target import find_sglang_dir
+from replayssm_overlay.patcher.releases import TARGET_FILES
+from replayssm_overlay.patcher.target import find_sglang_dir
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WHEEL_DIR = REPO / ".cache" / "wheels"

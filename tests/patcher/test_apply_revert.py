@@ -5,18 +5,19 @@ import json
 import pytest
 
 from replayssm_overlay import patcher
+from replayssm_overlay.cliutil import sha256_bytes
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.patcher import store
 from replayssm_overlay.patcher.edits import is_marked
-from replayssm_overlay.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER, RELEASES, TARGET_FILES
+from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER, RELEASES, TARGET_FILES
 
 
 def sha_of(tree) -> dict:
-    return {rel: store.sha256((tree / rel).read_bytes()) for rel in TARGET_FILES}
+    return {rel: sha256_bytes((tree / rel).read_bytes()) for rel in TARGET_FILES}
 
 
 def test_installed_sglang_is_the_pinned_0_5_19(pristine_files):
-    assert {rel: store.sha256(data) for rel, data in pristine_files.items()} == RELEASES["0.5.19"]
+    assert {rel: sha256_bytes(data) for rel, data in pristine_files.items()} == RELEASES["0.5.19"]
 
 
 def test_apply_verify_diff_revert_round_trip(sglang_tree):
@@ -24,7 +25,8 @@ def test_apply_verify_diff_revert_round_trip(sglang_tree):
     assert before["state"] == "pristine" and before["release"] == "0.5.19" and before["manifest"] is None
     assert not patcher.verify(sglang_tree)["ok"]
 
-    result = patcher.apply(sglang_tree)
+    kernels = {"fold": "sglang", "reason": "recorded as the caller gave it", "decided": False}
+    result = patcher.apply(sglang_tree, kernels=kernels)
     assert result["changed"] and result["release"] == "0.5.19" and not result["unverified"]
     after = patcher.status(sglang_tree)
     assert after["state"] == "patched" and [f["state"] for f in after["files"]] == ["patched"] * 3
@@ -36,11 +38,11 @@ def test_apply_verify_diff_revert_round_trip(sglang_tree):
 
     manifest = json.loads(store.manifest_path(sglang_tree).read_text())
     assert manifest["release"] == "0.5.19" and manifest["unverified"] is False
-    assert manifest["overlay_version"] and manifest["kernels"]["fold"]
+    assert manifest["overlay_version"] and manifest["kernels"] == kernels
     for rel, entry in manifest["files"].items():
         assert entry["sha256_before"] == RELEASES["0.5.19"][rel]
-        assert entry["sha256_after"] == store.sha256((sglang_tree / rel).read_bytes())
-        assert store.sha256(store.read_pristine_copy(sglang_tree, rel)) == RELEASES["0.5.19"][rel]
+        assert entry["sha256_after"] == sha256_bytes((sglang_tree / rel).read_bytes())
+        assert sha256_bytes(store.read_pristine_copy(sglang_tree, rel)) == RELEASES["0.5.19"][rel]
 
     text = patcher.diff(sglang_tree)
     changed = [line for line in text.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
@@ -112,7 +114,7 @@ def test_refusal_leaves_all_three_files_byte_identical(sglang_tree, rel, damage,
     message = str(refusal.value)
     assert rel in message and "no file was changed" in message
     if damage != "missing":
-        assert store.sha256((sglang_tree / rel).read_bytes()) in message
+        assert sha256_bytes((sglang_tree / rel).read_bytes()) in message
         assert f"{RELEASES['0.5.19'][rel]} for SGLang 0.5.19" in message
         assert "--allow-unverified" in message
     assert snapshot(sglang_tree) == before
@@ -128,7 +130,7 @@ def test_allow_unverified_patches_a_structurally_fine_file_and_records_it(sglang
     manifest = json.loads(store.manifest_path(sglang_tree).read_text())
     assert manifest["unverified"] is True
     assert manifest["files"][DFLASH_WORKER]["unverified"] is True
-    assert manifest["files"][DFLASH_WORKER]["sha256_before"] == store.sha256(tampered)
+    assert manifest["files"][DFLASH_WORKER]["sha256_before"] == sha256_bytes(tampered)
     assert manifest["files"][CONFIGURATOR]["unverified"] is False
 
     status = patcher.status(sglang_tree)
@@ -139,7 +141,7 @@ def test_allow_unverified_patches_a_structurally_fine_file_and_records_it(sglang
 
     patcher.revert(sglang_tree)
     assert (sglang_tree / DFLASH_WORKER).read_bytes() == tampered
-    assert store.sha256((sglang_tree / CONFIGURATOR).read_bytes()) == RELEASES["0.5.19"][CONFIGURATOR]
+    assert sha256_bytes((sglang_tree / CONFIGURATOR).read_bytes()) == RELEASES["0.5.19"][CONFIGURATOR]
 
 
 def test_allow_unverified_still_refuses_a_file_without_its_hook_point(sglang_tree, snapshot):

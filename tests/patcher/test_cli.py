@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from replayssm_overlay import fold
 from replayssm_overlay.cli import main
-from replayssm_overlay.releases import DSPARK_WORKER, RELEASES
+from replayssm_overlay.patcher.releases import DSPARK_WORKER, RELEASES
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SUBCOMMANDS = ("apply", "verify", "revert", "diff", "status")
@@ -43,6 +44,7 @@ def test_exit_codes_and_json_through_a_whole_cycle(sglang_tree, capsys):
     code, status, _ = run_json(capsys, "status", *target)
     assert code == 0 and status["schema"] == 1 and status["state"] == "pristine"
     assert [f["state"] for f in status["files"]] == ["pristine"] * 3
+    assert status["kernels"] == fold.describe() and status["kernels"]["fold"]  # composed by the CLI
 
     code, verdict, _ = run_json(capsys, "verify", *target)
     assert code == 1 and not verdict["ok"] and verdict["problems"]
@@ -58,6 +60,7 @@ def test_exit_codes_and_json_through_a_whole_cycle(sglang_tree, capsys):
     assert code == 0 and verdict["ok"] and verdict["problems"] == []
     code, status, _ = run_json(capsys, "status", *target)
     assert status["state"] == "patched" and status["manifest"]["release"] == "0.5.19"
+    assert status["manifest"]["kernels"] == fold.describe()  # apply records the fold choice
 
     code, payload, _ = run_json(capsys, "diff", *target)
     code_text, text, _ = run(capsys, "diff", *target)

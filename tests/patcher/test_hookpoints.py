@@ -7,7 +7,7 @@ import pytest
 
 from replayssm_overlay.patcher.edits import MARKER, is_marked, patch_source, unpatch_source
 from replayssm_overlay.patcher.hookpoints import HookPointError
-from replayssm_overlay.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER, TARGET_FILES
+from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER, TARGET_FILES
 
 HOOK_CALLS = {
     CONFIGURATOR: "keep_kda_only_guard",

@@ -8,14 +8,14 @@ import sys
 import pytest
 
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.target import declared_version, find_sglang_dir
+from replayssm_overlay.patcher.target import declared_version, find_sglang_dir
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_default_target_is_found_without_importing_sglang():
     code = (
-        "import sys; from replayssm_overlay.target import find_sglang_dir; "
+        "import sys; from replayssm_overlay.patcher.target import find_sglang_dir; "
         "print(find_sglang_dir()); print('sglang' in sys.modules)"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO / "overlay"))

@@ -29,7 +29,7 @@ def _assert_env_error(code, doc, text, needle):
 
 
 def test_unreachable_server_exits_2_from_the_console_entry(tmp_path):
-    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'smoke_tests'}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "smoke_tests"), str(ROOT / "overlay")]))
     url = f"http://127.0.0.1:{_free_port()}"
     proc = subprocess.run([sys.executable, "-m", "replayssm_smoke.cli", "--target", url, "--out", str(tmp_path), "-q"],
                           capture_output=True, text=True, env=env, timeout=60)

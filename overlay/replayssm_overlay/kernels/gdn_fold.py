@@ -51,6 +51,11 @@ BLOCK_V = 16  # columns per program
 NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
 
+# The runtime int32 strides of each kernel: never specialized, so one binary serves any pool size.
+KNORM_STRIDES = ("rawk_layer_rows", "rawk_slot_rows")
+FOLD_STRIDES = ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
+                "gate_layer_stride", "gate_slot_stride")
+
 
 def lanes_from_front(version: str | None = None) -> bool:
     """Triton before 3.7 hands lanes to tied axes from the front, 3.7 from the back (see the tile axes)."""
@@ -131,7 +136,7 @@ def _v_offsets(FRONT: tl.constexpr, BV: tl.constexpr):
         return tl.arange(0, BV)[None, None, None, None, None, None, :, None, None, None, None]
 
 
-@triton.jit(do_not_specialize=["rawk_layer_rows", "rawk_slot_rows"])
+@triton.jit(do_not_specialize=KNORM_STRIDES)
 def gdn_replayssm_knorm_kernel(
     rawk,  # [L, S, H, RL, K] bf16
     slots,  # [B] int32
@@ -166,12 +171,7 @@ def gdn_replayssm_knorm_kernel(
         tl.store(p_out + t * K, b_k)
 
 
-@triton.jit(
-    do_not_specialize=[
-        "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
-        "gate_layer_stride", "gate_slot_stride",
-    ]
-)
+@triton.jit(do_not_specialize=FOLD_STRIDES)
 def gdn_replayssm_fold_kernel(
     state,  # [L, S, HV, V, K] fp32, in place
     rawv,  # [L, S, HV, RL, V] bf16
@@ -226,8 +226,9 @@ def gdn_replayssm_fold_kernel(
     p_h = state + head_tile + slot * state_slot_tiles * K * V + o_v * K + o_k
     b_h = tl.load(p_h)
 
-    # k is read with the tile's own shape (each column's thread reads the k it needs): that keeps
-    # Triton's layout for the loop the state's, with j, a4..a1 in a thread and a0 x V across lanes
+    # k is loaded with the state tile's shape (`0 * o_v` broadcasts it over the columns, so each thread
+    # loads the 16 k of its own columns): that keeps the loop in the state's layout, j, a4, a3 of 4
+    # columns in each thread and a2, a1, a0 x 4 columns on the lanes (the tile axes above `_dot_k`)
     p_k = knorm + ((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL * K + o_k + 0 * o_v
     p_v = rawv + (i_layer * rawv_layer_rows + slot * rawv_slot_rows + i_hv * RL) * V + o_v
     p_g = gate + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
@@ -241,8 +242,8 @@ def gdn_replayssm_fold_kernel(
         b_v = n_v.to(tl.float32)
         b_g = n_g
         b_beta = n_b
-        # the next step's v, g, beta are in flight while this step computes (prefetching k too costs
-        # 64 registers and was slower on the H200: notes/perf.md)
+        # the next step's v, g, beta are in flight while this step computes (prefetching k too cost
+        # 64 registers and was slower on the H200, measured with the 64-k-per-thread tile: notes/perf.md)
         more = t + 1 < n_commit
         n_v = tl.load(p_v + (t + 1) * V, mask=more, other=0.0)
         n_g = tl.load(p_g + (t + 1), mask=more, other=0.0)
@@ -281,7 +282,8 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
     L, S, HV, V, K = state.shape
     H, RL = rawk.shape[2], rawv.shape[3]
     if K != SUPPORTED_K or V % BLOCK_V or HV % H:
-        raise FoldShapeNotSupported(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % 32 == 0)")
+        raise FoldShapeNotSupported(
+            f"head dims K={K} V={V} HV={HV} H={H} (need K={SUPPORTED_K}, V % {BLOCK_V} == 0, HV % H == 0)")
     if str(state.dtype) != "torch.float32" or str(gate.dtype) != "torch.float32" or beta.dtype != gate.dtype:
         raise FoldShapeNotSupported(f"state/gate/beta dtypes {state.dtype}/{gate.dtype}/{beta.dtype}")
     if rawv.dtype != rawk.dtype:
@@ -337,20 +339,21 @@ def fold_all_layers(
     front = lanes_from_front()
     knorm = torch.empty((L, B, H, RL, K), dtype=torch.float32, device=state.device)
     knorm_kernel[(H * L, B)](
-        rawk, slots, accept_lens, knorm,
-        _units(rawk.stride(0), K, "rawk layer"),
-        _units(rawk.stride(1), K, "rawk slot"),
+        rawk=rawk, slots=slots, accept_lens=accept_lens, knorm=knorm,
+        rawk_layer_rows=_units(rawk.stride(0), K, "rawk layer"),
+        rawk_slot_rows=_units(rawk.stride(1), K, "rawk slot"),
         H=H, K=K, RL=RL, USE_QK_L2NORM=use_qk_l2norm, NULL_ID=null_id, FRONT=front, TREE_NUMPY=tree_numpy,
         num_warps=1, num_stages=NUM_STAGES,
     )
     fold_kernel[(V // BLOCK_V, B, HV * L)](
-        state, rawv, knorm, gate, beta, slots, accept_lens, track_slots, track_steps,
-        _units(state.stride(0), K * V, "state layer"),
-        _units(state.stride(1), K * V, "state slot"),
-        _units(rawv.stride(0), V, "rawv layer"),
-        _units(rawv.stride(1), V, "rawv slot"),
-        gate.stride(0),
-        gate.stride(1),
+        state=state, rawv=rawv, knorm=knorm, gate=gate, beta=beta, slots=slots, accept_lens=accept_lens,
+        track_slots=track_slots, track_steps=track_steps,
+        state_layer_tiles=_units(state.stride(0), K * V, "state layer"),
+        state_slot_tiles=_units(state.stride(1), K * V, "state slot"),
+        rawv_layer_rows=_units(rawv.stride(0), V, "rawv layer"),
+        rawv_slot_rows=_units(rawv.stride(1), V, "rawv slot"),
+        gate_layer_stride=gate.stride(0),
+        gate_slot_stride=gate.stride(1),
         H=H, HV=HV, K=K, V=V, BV=BLOCK_V, RL=RL, NULL_ID=null_id, HAS_TRACK=has_track, FRONT=front,
         TREE_NUMPY=tree_numpy, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
@@ -364,15 +367,14 @@ def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_ver
         return []
     front = lanes_from_front(triton_version)
     ints = {name: "*i32" for name in ("slots", "accept_lens")}
-    knorm_sig = {"rawk": "*bf16", "knorm": "*fp32", **ints, "rawk_layer_rows": "i32", "rawk_slot_rows": "i32"}
+    knorm_sig = {"rawk": "*bf16", "knorm": "*fp32", **ints, **{name: "i32" for name in KNORM_STRIDES}}
     specs = [dict(
         kernel=gdn_replayssm_knorm_kernel, signature=knorm_sig, num_warps=1, num_stages=NUM_STAGES,
         constexprs=dict(H=h, K=k, RL=window, USE_QK_L2NORM=True, NULL_ID=-1, FRONT=front, TREE_NUMPY=False),
         label=f"gdn_knorm H{h} K{k} RL{window}",
     )]
     fold_sig = {"state": "*fp32", "rawv": "*bf16", "knorm": "*fp32", "gate": "*fp32", "beta": "*fp32", **ints,
-                "track_slots": "*i32", "track_steps": "*i32"}
-    fold_sig.update({name: "i32" for name in gdn_replayssm_fold_kernel.arg_names[9:15]})
+                "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in FOLD_STRIDES}}
     for has_track in (False, True):
         specs.append(dict(
             kernel=gdn_replayssm_fold_kernel, signature=dict(fold_sig), num_warps=NUM_WARPS, num_stages=NUM_STAGES,

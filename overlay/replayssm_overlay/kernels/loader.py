@@ -24,9 +24,9 @@ import os
 import threading
 from pathlib import Path
 
+from replayssm_overlay.cliutil import sha256_file
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import aot_manifest as am
-from replayssm_overlay.kernels import aot_modules
+from replayssm_overlay.kernels import artifact_format as af
 
 ENV_DIR = "RSO_KERNEL_DIR"
 DEFAULT_DIR = Path("/opt/replayssm-overlay/kernels")
@@ -65,7 +65,7 @@ class NodeFacts:
             version = triton.__version__
         except ImportError:
             version = None
-        return cls(version, am.python_tag(), am.platform_key(), arch if arch is not None else _gpu_arch())
+        return cls(version, af.python_tag(), af.platform_key(), arch if arch is not None else _gpu_arch())
 
 
 def _gpu_arch() -> int | None:
@@ -85,7 +85,7 @@ def check(folder: Path, facts: NodeFacts, verify_files: bool = True) -> tuple[di
     if not folder.is_dir():
         return None, [f"kernel artifact folder {folder} does not exist"]
     try:
-        manifest = am.read_manifest(folder)
+        manifest = af.read_manifest(folder)
     except ValueError as err:
         return None, [str(err)]
     builder, target = manifest.get("builder", {}), manifest.get("target", {})
@@ -109,7 +109,7 @@ def check(folder: Path, facts: NodeFacts, verify_files: bool = True) -> tuple[di
             path = folder / rel
             if not path.is_file():
                 problems.append(f"file {rel} is missing")
-            elif am.sha256_file(path) != digest:
+            elif sha256_file(path) != digest:
                 problems.append(f"file {rel} does not match its sha256 in the manifest (changed or corrupted)")
     return manifest, problems
 
@@ -149,14 +149,6 @@ class ArtifactSet:
                 _REBUILD,
             )
         return PrebuiltKernel(self.folder, entry)
-
-    def describe(self) -> dict:
-        return {
-            "folder": str(self.folder),
-            "built_at": self.manifest.get("built_at"),
-            "builder": self.manifest.get("builder"),
-            "kernels": {name: len(entry["specializations"]) for name, entry in self._kernels.items()},
-        }
 
 
 class _Binary:
@@ -229,7 +221,7 @@ def _load(folder: Path, arg_names: list[str], spec: dict):
 
     name = Path(spec["files"]["cubin"]).stem
     group = {f"{name}.{ext}": str(folder / rel) for ext, rel in spec["files"].items()}
-    source = aot_modules.launcher_source(arg_names, spec["signature"], spec["constexprs"])
+    source = af.launcher_source(arg_names, spec["signature"], spec["constexprs"])
     kernel = CompiledKernel(source, group, spec["id"])
     with prebuilt_modules(folder):
         try:

@@ -1,12 +1,15 @@
 """The patcher: puts the overlay's marked hook lines into an installed SGLang, checks them, takes them out.
 
 Public API (the command line, the Docker build and the demo call exactly these):
-    apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict
+    apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) -> dict
     verify(sglang_dir, *, allow_unverified=False) -> dict      (result["ok"] says whether it passed)
     revert(sglang_dir) -> dict
     diff(sglang_dir) -> str
     status(sglang_dir) -> dict
-`sglang_dir` is the `sglang` package directory (see `replayssm_overlay.target`). A refusal raises
+`sglang_dir` is the `sglang` package directory (see `replayssm_overlay.patcher.target`). `kernels` is what
+the caller records in the manifest about the fold kernels (the command line passes
+`replayssm_overlay.fold.describe()`): the patcher imports nothing of `fold` or `kernels`, so it runs
+where torch and Triton are absent. A refusal raises
 `OverlayError` before anything is written, or after restoring what was written, so the three files are
 always either all as they were or all as intended.
 """
@@ -16,22 +19,23 @@ import difflib
 import pathlib
 
 import replayssm_overlay
-from replayssm_overlay import fold
+from replayssm_overlay.cliutil import sha256_bytes
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.patcher import store
 from replayssm_overlay.patcher.edits import patch_source
 from replayssm_overlay.patcher.filestate import MISSING, PATCHED, PRISTINE, classify
 from replayssm_overlay.patcher.hookpoints import HookPointError
-from replayssm_overlay.releases import RELEASES, TARGET_FILES, expected_hashes
-from replayssm_overlay.target import declared_version
+from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES, expected_hashes
+from replayssm_overlay.patcher.target import declared_version
 
 __all__ = ["apply", "verify", "revert", "diff", "status"]
 
 STATUS_SCHEMA = 1
 
 
-def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
-    """Patch the three files (or, with dry_run, only check that it would work)."""
+def apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) -> dict:
+    """Patch the three files (or, with dry_run, only check that it would work); `kernels` goes into the
+    manifest as given."""
     tree = _Tree(sglang_dir)
     refusals, patched = [], {}
     for f in tree.files:
@@ -72,7 +76,7 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False) -> dict:
             "see each file above; supported releases: " + ", ".join(RELEASES),
         )
 
-    manifest = tree.new_manifest(patched)
+    manifest = tree.new_manifest(patched, kernels)
     result = {
         "action": "apply",
         "sglang_dir": str(tree.sglang_dir),
@@ -152,7 +156,7 @@ def verify(sglang_dir, *, allow_unverified=False) -> dict:
                 f"{f.relpath}: patched over an unverified base; pass --allow-unverified to accept it"
             )
         copy = store.read_pristine_copy(tree.sglang_dir, f.relpath)
-        if copy is None or store.sha256(copy) != f.base_sha256:
+        if copy is None or sha256_bytes(copy) != f.base_sha256:
             problems.append(
                 f"{f.relpath}: the saved pristine copy is missing or differs from the pristine base"
             )
@@ -191,7 +195,7 @@ def revert(sglang_dir) -> dict:
             copy = store.read_pristine_copy(tree.sglang_dir, f.relpath)
             source = (
                 "saved pristine copy"
-                if copy is not None and store.sha256(copy) == f.base_sha256
+                if copy is not None and sha256_bytes(copy) == f.base_sha256
                 else ("the file with the overlay's marked lines removed")
             )
             restores.append((f, copy if source == "saved pristine copy" else f.base))
@@ -255,7 +259,8 @@ def diff(sglang_dir) -> str:
 
 
 def status(sglang_dir) -> dict:
-    """The state of each file and of the installation as a whole (schema in the CLI's `status --help`)."""
+    """The state of each file and of the installation as a whole (schema in the CLI's `status --help`;
+    the CLI adds `kernels`)."""
     tree = _Tree(sglang_dir)
     states = {f.state for f in tree.files}
     overall = states.pop() if len(states) == 1 else ("mixed" if states == {PRISTINE, PATCHED} else "unknown")
@@ -270,7 +275,6 @@ def status(sglang_dir) -> dict:
         "manifest_path": str(store.manifest_path(tree.sglang_dir)),
         "manifest": tree.manifest,
         "manifest_problem": tree.manifest_problem,
-        "kernels": fold.describe(),
         "files": [f.as_json() for f in tree.files],
     }
 
@@ -294,7 +298,7 @@ class _Tree:
             self.declared if self.declared in common else max(common, key=_version_key) if common else None
         )
 
-    def new_manifest(self, patched: dict) -> dict:
+    def new_manifest(self, patched: dict, kernels) -> dict:
         files = {f.relpath: _manifest_entry(f, patched.get(f.relpath, f.data)) for f in self.files}
         return {
             "schema": store.MANIFEST_SCHEMA,
@@ -306,7 +310,7 @@ class _Tree:
             "unverified": any(entry["unverified"] for entry in files.values()),
             "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "files": files,
-            "kernels": fold.describe(),
+            "kernels": kernels,
         }
 
     def manifest_matches(self, manifest: dict) -> bool:
@@ -318,7 +322,7 @@ class _Tree:
     def pristine_copies_match(self) -> bool:
         return all(
             (copy := store.read_pristine_copy(self.sglang_dir, f.relpath)) is not None
-            and store.sha256(copy) == f.base_sha256
+            and sha256_bytes(copy) == f.base_sha256
             for f in self.files
         )
 
@@ -326,7 +330,7 @@ class _Tree:
 def _manifest_entry(f, after: bytes) -> dict:
     return {
         "sha256_before": f.base_sha256,
-        "sha256_after": store.sha256(after),
+        "sha256_after": sha256_bytes(after),
         "release": ",".join(sorted(f.releases)) or None,
         "unverified": f.unverified,
     }

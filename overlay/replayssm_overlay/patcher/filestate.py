@@ -8,10 +8,10 @@ even when the manifest is gone; the manifest is consulted only to accept a patch
 import pathlib
 from dataclasses import dataclass, field
 
+from replayssm_overlay.cliutil import sha256_bytes
 from replayssm_overlay.patcher.edits import has_marks, patch_source, unpatch_source
 from replayssm_overlay.patcher.hookpoints import HookPointError
-from replayssm_overlay.patcher.store import sha256
-from replayssm_overlay.releases import releases_with
+from replayssm_overlay.patcher.releases import releases_with
 
 PRISTINE, PATCHED, UNKNOWN, MISSING = "pristine", "patched", "unknown", "missing"
 
@@ -56,7 +56,7 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
         data = path.read_bytes()
     except (FileNotFoundError, IsADirectoryError):
         return FileState(relpath, path, MISSING, detail="the file does not exist")
-    current = sha256(data)
+    current = sha256_bytes(data)
     if not has_marks(data):
         releases = frozenset(releases_with(relpath, current))
         return FileState(
@@ -72,7 +72,7 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
                 f"pristine SGLang {_one_release(releases)}" if releases else "matches no known SGLang release"
             ),
         )
-    base_sha = sha256(unpatch_source(data))
+    base_sha = sha256_bytes(unpatch_source(data))
     releases = frozenset(releases_with(relpath, base_sha))
     recorded = ((manifest or {}).get("files") or {}).get(relpath) or {}
     unverified = (

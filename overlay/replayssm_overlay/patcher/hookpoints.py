@@ -6,7 +6,7 @@ Each finder takes the parsed pristine file and its lines (bytes, terminators kep
 they join. Only whole lines are inserted, so every inserted line is ours alone, carries the marker
 comment, and removing the marked lines gives back the pristine bytes exactly (see `edits.py`).
 
-The three hook points (the hook ABI is `replayssm_overlay.hooks`):
+The three hook points (the hook ABI and the exact inserted lines: `replayssm_overlay/hooks/README.md`):
   * configurator: in `KVCacheConfigurator._build_hybrid_req_pool`, the `if` whose body only raises the
     KDA-only error. Its test `T` (a parenthesised multi-line condition) becomes
     `(T) and _rso_hooks.keep_kda_only_guard(self)`, so SGLang's own condition is evaluated first and the
@@ -18,7 +18,7 @@ The three hook points (the hook ABI is `replayssm_overlay.hooks`):
 import ast
 from dataclasses import dataclass
 
-from replayssm_overlay.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
+from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
 
 IMPORT_HOOKS = b"from replayssm_overlay import hooks as _rso_hooks"
 GUARD_HOOK = b"_rso_hooks.keep_kda_only_guard(self)"

@@ -3,22 +3,18 @@
 The record lives NEXT TO the package, not inside it, so reinstalling SGLang does not silently drop it
 and the package directory holds only SGLang's own files plus our marked lines:
 `<site-packages>/sglang-replayssm-overlay/manifest.json` and `.../pristine/<relpath>` (exact copies of
-the files as they were before the patch).
+the files as they were before the patch). Writes go through `replayssm_overlay.cliutil.atomic_write`
+(temp file, fsync, os.replace, permissions kept).
 """
 
-import hashlib
 import json
-import os
 import pathlib
 import shutil
-import tempfile
+
+from replayssm_overlay.cliutil import atomic_write, atomic_write_json
 
 STATE_DIR_NAME = "sglang-replayssm-overlay"
 MANIFEST_SCHEMA = 1
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def state_dir(sglang_dir: pathlib.Path) -> pathlib.Path:
@@ -50,7 +46,7 @@ def read_manifest(sglang_dir: pathlib.Path):
 def write_manifest(sglang_dir: pathlib.Path, manifest: dict) -> None:
     path = manifest_path(sglang_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_json(path, manifest)
 
 
 def read_pristine_copy(sglang_dir: pathlib.Path, relpath: str):
@@ -74,38 +70,6 @@ def remove_state_dir(sglang_dir: pathlib.Path) -> bool:
     return True
 
 
-def atomic_write(path: pathlib.Path, data: bytes) -> None:
-    """Replace `path` with `data` in one step: a temp file in the same directory, fsync, os.replace.
-
-    An existing file's permission bits (and, when we may, its owner) are kept; a reader sees either the
-    old or the new content, never a mix. A symlink at `path` is replaced, never written through.
-    """
-    try:
-        old = path.lstat()
-    except FileNotFoundError:
-        old = None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".rso-tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if old is not None and not path.is_symlink():
-            os.chmod(tmp, old.st_mode & 0o7777)
-            if os.geteuid() == 0:
-                os.chown(tmp, old.st_uid, old.st_gid)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-
-
 def write_module(path: pathlib.Path, data: bytes) -> None:
     """Atomically replace module file `path`, then delete its cached bytecode, so Python compiles the
     bytes now on disk even where the cache is not checked against the source (pycs built with
@@ -114,15 +78,3 @@ def write_module(path: pathlib.Path, data: bytes) -> None:
     for cached in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
         cached.unlink(missing_ok=True)
 
-
-def _fsync_dir(directory: pathlib.Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

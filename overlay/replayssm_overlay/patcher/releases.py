@@ -10,7 +10,8 @@ sha256 of each file as it ships in that release's wheel, e.g.
       /tmp/w/sglang-X.Y.Z-*.whl <the three TARGET_FILES>
 
 then check that the hook points are found (`replayssm-overlay apply --dry-run --sglang-dir ...`) and
-that the runtime hooks still match that release's code (`hooks/` and the code map).
+that the runtime hooks in `hooks/` still match that release's code (`tests/hooks` and `tests/cycle` run
+them against the installed SGLang).
 """
 
 CONFIGURATOR = "srt/mem_cache/kv_cache_configurator.py"

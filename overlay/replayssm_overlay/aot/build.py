@@ -3,8 +3,8 @@
 A serving node must never JIT-compile the fold (1.3 s per specialization, at startup or under load).
 So the image build compiles every specialization a deployment can ask for with the Triton of the
 image's own Python, for an explicit `GPUTarget("cuda", 90, 32)`, and writes cubins, Triton's metadata,
-the gcc-built launcher modules (see `aot_modules.py`) and a manifest (`aot_manifest.py`) that the
-loader checks on the node. No GPU, driver or torch is needed.
+the gcc-built launcher modules (see `launcher_modules.py`) and a manifest
+(`replayssm_overlay.kernels.artifact_format`) that the loader checks on the node. No GPU, driver or torch is needed.
 
 What gets compiled comes from a *provider*: a function `provider(hv, h, k, v, window)` that returns the
 specializations of its kernels for one per-rank head shape and one verify window, each a dict (or an
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import importlib
 import json
 import os
@@ -39,8 +38,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from replayssm_overlay import __version__ as OVERLAY_VERSION
+from replayssm_overlay.cliutil import atomic_write_json, sha256_bytes, sha256_file
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import aot_manifest as am
+from replayssm_overlay.kernels import artifact_format as af
 
 DEFAULT_PROVIDER = "replayssm_overlay.kernels.gdn_fold:aot_specializations"
 DEFAULT_WINDOWS = (8, 16)  # DSPARK gamma+1 = 8, DFLASH block = 16
@@ -59,7 +59,7 @@ class ModelPreset:
 
 
 PRESETS = {
-    "qwen3.5-35b-a3b": ModelPreset(32, 16, 128, 128, "the project's Qwen3.5-35B-A3B-like target (DESIGN.md)"),
+    "qwen3.5-35b-a3b": ModelPreset(32, 16, 128, 128, "the project's target, a Qwen3.5-35B-A3B-like hybrid GDN model"),
     "qwen3-next-80b-a3b": ModelPreset(
         32, 16, 128, 128, "Qwen3NextConfig defaults in sglang 0.5.19 srt/configs/qwen3_next.py (the 80B-A3B)"
     ),
@@ -107,7 +107,7 @@ class Specialization:
         """Stable id: the same inputs give the same id, so a re-run can reuse the binary."""
         payload = {
             "triton": triton_version,
-            "target": am.TARGET,
+            "target": af.TARGET,
             "kernel": self.kernel,
             "source_key": self.fn.cache_key,
             "signature": self.signature,
@@ -115,7 +115,7 @@ class Specialization:
             "attrs": self.attrs,
             "options": self.options,
         }
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+        return sha256_bytes(json.dumps(payload, sort_keys=True).encode())[:20]
 
 
 def normalize(entry, label: str) -> Specialization:
@@ -215,7 +215,7 @@ def build(out: Path, specs: list[Specialization], progress: Callable[[str], None
                     files = reusable[ident]["files"]
                     progress(f"[{number}/{len(specs)}] reuse   {spec.kernel} {spec.label}")
                 else:
-                    progress(f"[{number}/{len(specs)}] compile {spec.kernel} {spec.label} for sm_{am.TARGET_ARCH}")
+                    progress(f"[{number}/{len(specs)}] compile {spec.kernel} {spec.label} for sm_{af.TARGET_ARCH}")
                     files = _compile(spec, tmp / "triton-cache", staging, rel)
                     compiled += 1
                 entry = entries.setdefault(spec.kernel, _kernel_entry(spec))
@@ -223,7 +223,7 @@ def build(out: Path, specs: list[Specialization], progress: Callable[[str], None
             progress("build launcher modules (gcc, fake libcuda) ...")
             modules = _build_modules(list(entries.values()), staging, tmp)
             manifest = _manifest(list(entries.values()), modules, staging, time.monotonic() - started)
-            am.write_json_atomic(staging / am.MANIFEST_NAME, manifest)
+            atomic_write_json(staging / af.MANIFEST_NAME, manifest)
         _replace(out, staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -254,7 +254,7 @@ def _existing(out: Path) -> dict | None:
     if not any(out.iterdir()):
         return None
     try:
-        return am.read_manifest(out)
+        return af.read_manifest(out)
     except ValueError as err:
         raise OverlayError(
             f"{out} is not empty and is not a kernel artifact folder ({err}); the build would replace it",
@@ -267,11 +267,11 @@ def _same_builder(old: dict) -> bool:
 
     builder = old.get("builder", {})
     return (builder.get("triton"), builder.get("python"), builder.get("platform"), old.get("target")) == (
-        triton.__version__, am.python_tag(), am.platform_key(), am.TARGET)
+        triton.__version__, af.python_tag(), af.platform_key(), af.TARGET)
 
 
 def _files_intact(out: Path, files: dict) -> bool:
-    return all((out / rel).is_file() and am.sha256_file(out / rel) == digest for rel, digest in files.items())
+    return all((out / rel).is_file() and sha256_file(out / rel) == digest for rel, digest in files.items())
 
 
 def _up_to_date(old: dict, out: Path, idents: list[str]) -> bool:
@@ -302,11 +302,11 @@ def _compile(spec: Specialization, cache: Path, staging: Path, rel: Path) -> dic
     index = {name: i for i, name in enumerate(spec.fn.arg_names)}
     attrs = {(index[name],): values for name, values in spec.attrs.items()}
     source = ASTSource(spec.fn, spec.signature, spec.constexprs, attrs)
-    target = GPUTarget(am.TARGET["backend"], am.TARGET["arch"], am.TARGET["warp_size"])
+    target = GPUTarget(af.TARGET["backend"], af.TARGET["arch"], af.TARGET["warp_size"])
     with triton.knobs.cache.scope():
         triton.knobs.cache.dir = str(cache)
         compiled = triton.compile(source, target=target, options=dict(spec.options))
-    if compiled.metadata.target.arch != am.TARGET_ARCH:
+    if compiled.metadata.target.arch != af.TARGET_ARCH:
         raise OverlayError(f"Triton compiled {spec.kernel} for {compiled.metadata.target}", "report this as a bug")
     (staging / rel).mkdir(parents=True)
     files = {}
@@ -333,7 +333,7 @@ def _spec_entry(spec: Specialization, ident: str, files: dict) -> dict:
 
 
 def _build_modules(kernels: list[dict], staging: Path, tmp: Path) -> list[dict]:
-    """Run `aot_modules.py` in a child process and copy what it built into `staging/modules`."""
+    """Run `launcher_modules.py` in a child process and copy what it built into `staging/modules`."""
     request = {"cache_dir": str(tmp / "module-cache"), "kernels": [
         {"arg_names": k["arg_names"], "signature": s["signature"], "constexprs": s["constexprs"],
          "metadata": str(staging / s["files"]["json"])}
@@ -341,7 +341,7 @@ def _build_modules(kernels: list[dict], staging: Path, tmp: Path) -> list[dict]:
     ]}
     request_path = tmp / "modules-request.json"
     request_path.write_text(json.dumps(request))
-    script = Path(__file__).with_name("aot_modules.py")
+    script = Path(__file__).with_name("launcher_modules.py")
     run = subprocess.run([sys.executable, str(script), str(request_path)], capture_output=True, text=True)
     if run.returncode != 0:
         raise OverlayError(
@@ -362,16 +362,16 @@ def _manifest(kernels: list[dict], modules: list[dict], staging: Path, seconds: 
 
     files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
     return {
-        "schema": am.SCHEMA,
+        "schema": af.SCHEMA,
         "overlay_version": OVERLAY_VERSION,
         "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "build_seconds": round(seconds, 1),
-        "builder": {"triton": triton.__version__, "python": am.python_tag(), "platform": am.platform_key(),
+        "builder": {"triton": triton.__version__, "python": af.python_tag(), "platform": af.platform_key(),
                     "hostname": socket.gethostname()},
-        "target": am.TARGET,
+        "target": af.TARGET,
         "kernels": kernels,
         "modules": modules,
-        "files": {rel: am.sha256_file(staging / rel) for rel in files},
+        "files": {rel: sha256_file(staging / rel) for rel in files},
     }
 
 

@@ -3,14 +3,16 @@
 Triton launches a kernel through small CPython extension modules it compiles with the system C compiler
 on first use and caches under a key it computes from their C source (`cuda_utils`, and on Triton 3.6 one
 `__triton_launcher` per signature). A GPU node that loads our cubins should find those modules ready, so
-the build makes them here, through Triton's own code, into a private cache folder that `aot.py` copies
+the build makes them here, through Triton's own code, into a private cache folder that `build.py` copies
 into the artifact folder.
 
 That needs a fake `libcuda.so.1` (an empty library with the right soname, linked with
 `-Wl,--no-as-needed` so that the modules still record that they need the real one) and lazy symbol
 binding so that Triton can import what it just built. Both change process-wide state, so this runs as
-a child process of the build (`python aot_modules.py REQUEST.json`), never inside a caller's process.
-It imports only the standard library and Triton, by file path, so it works without the overlay package.
+a child process of the build (`python launcher_modules.py REQUEST.json`), never inside a caller's
+process. Run by file path, it puts its own tree's package root first on `sys.path`, so it works where the
+overlay is not installed; besides the standard library and Triton it imports only the node-side
+`replayssm_overlay.kernels.artifact_format` (stdlib only), whose `launcher_source` the loader uses too.
 
 REQUEST.json: {"cache_dir": DIR, "kernels": [{"arg_names": [...], "signature": {...},
 "constexprs": {...}, "metadata": PATH to Triton's metadata json}]}. Prints the modules it found in
@@ -26,6 +28,11 @@ import sysconfig
 import tempfile
 import types
 from pathlib import Path
+
+if __name__ == "__main__":  # run by file path from the build: import the overlay from this same tree
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from replayssm_overlay.kernels.artifact_format import launcher_source  # noqa: E402
 
 
 def _fake_libcuda(workdir: Path) -> Path:
@@ -48,17 +55,6 @@ def _compiler_keeping_libcuda(workdir: Path) -> Path:
     wrapper.write_text(f'#!/bin/sh\nexec {real} -Wl,--no-as-needed "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
-
-
-def launcher_source(arg_names: list, signature: dict, constexprs: dict) -> types.SimpleNamespace:
-    """The part of a Triton `ASTSource` its launcher reads. The launcher takes the signature's values in
-    order as the argument order, so the signature is rebuilt in `arg_names` order here (a manifest's
-    JSON need not keep it); the loader uses this same function, so node and build agree."""
-    return types.SimpleNamespace(
-        fn=types.SimpleNamespace(arg_names=list(arg_names)),
-        signature={name: signature[name] for name in arg_names},
-        constants=dict(constexprs),
-    )
 
 
 def _metadata(path: str) -> types.SimpleNamespace:

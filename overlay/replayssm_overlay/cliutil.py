@@ -1,0 +1,92 @@
+"""The small jobs that both command lines, the patcher and the AOT build do the same way, done once.
+
+`replayssm-overlay` and `replayssm-smoke` share their exit codes and how they print JSON; the patcher,
+the AOT build and the smoke report write files that a reader must see whole or not at all; the patcher
+and the kernel loader hash files. Standard library only and cheap to import: the node-side loader uses
+`sha256_file` on the server's commit path, and the smoke suite imports this without torch or Triton.
+(The stdlib-only host tools in `docker/tools/` and the in-image `docker/scripts/` keep their own.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1  # a check or gate said no (`verify`, `kernels check`, a failed smoke gate)
+EXIT_USAGE = 2  # usage error, environment error or refusal: nothing was changed
+
+
+def print_json(payload, *, sort_keys: bool = True, indent: int | None = 2) -> None:
+    """One JSON document on stdout (machines read it; progress and errors go to stderr)."""
+    print(json.dumps(payload, indent=indent, sort_keys=sort_keys))
+
+
+def atomic_write(path, data: bytes | str) -> None:
+    """Replace `path` with `data` in one step: a temp file in the same directory, fsync, os.replace.
+
+    An existing file's permission bits (and, when we may, its owner) are kept, a new file gets 0644; a
+    reader sees either the old or the new content, never a mix. A symlink at `path` is replaced, never
+    written through. On any failure the temp file is removed and `path` is as it was.
+    """
+    path = pathlib.Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        old = path.lstat()
+    except FileNotFoundError:
+        old = None
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".rso-tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if old is not None and not path.is_symlink():
+            os.chmod(tmp, old.st_mode & 0o7777)
+            if os.geteuid() == 0:
+                os.chown(tmp, old.st_uid, old.st_gid)
+        else:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path, payload, *, sort_keys: bool = True, indent: int | None = 2) -> None:
+    """`atomic_write` of `payload` as JSON with a final newline."""
+    atomic_write(path, json.dumps(payload, indent=indent, sort_keys=sort_keys) + "\n")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(directory: pathlib.Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
