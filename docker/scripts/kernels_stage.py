@@ -4,8 +4,8 @@ Why it exists: the fold kernels are compiled ahead of time for sm_90 with the ba
 node never JIT-compiles them while serving. `RSO_KERNELS=build` (the default) compiles them into OUT;
 `RSO_KERNELS=skip` builds none and says so (bases without Triton; the overlay then JIT-compiles at first
 use and reports it). `--model`, `--window` and `--tp` narrow the set (CI builds one small specialization
-set; an empty `--window`/`--tp` keeps the kernels CLI's defaults). Everything goes into a staging folder STAGE that the final
-stage copies over /opt/replayssm-overlay/: STAGE/kernels-stage.json (what happened; the image manifest
+set; an empty `--window`/`--tp` keeps the kernels CLI's defaults). Everything goes into a staging folder
+STAGE that the final stage copies over /opt/replayssm-overlay/: STAGE/kernels-stage.json (what happened; the image manifest
 embeds it) and, when built, STAGE/kernels/ (the artifact folder, which the loader finds at its default
 /opt/replayssm-overlay/kernels, so the image needs no ENV of its own).
 

@@ -37,11 +37,13 @@ def main() -> int:
     args = parser.parse_args()
     pins = all_pins(read_lock())
     if args.json:
-        print(json.dumps({"include": [p for p in pins if p["pinned"]], "unpinned": [p for p in pins if not p["pinned"]]}))
+        print(json.dumps({"include": [p for p in pins if p["pinned"]],
+                          "unpinned": [p for p in pins if not p["pinned"]]}))
         return 0
     print(f"{'RELEASE':<8} {'LANE':<6} {'BASE':<32} DIGEST")
     for p in pins:
-        print(f"{p['release']:<8} {p['lane']:<6} {p['base']:<32} {p['digest'] if p['pinned'] else 'unpinned: ' + p['pin_base']}")
+        state = p["digest"] if p["pinned"] else f"unpinned: {p['pin_base']}"
+        print(f"{p['release']:<8} {p['lane']:<6} {p['base']:<32} {state}")
     return 0
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from common import (DIGEST, Refusal, check_registry_reachable, docker, base_pin, image_id, log, pin_base_command, read_lock,
-                    registry_host, run_tool)
+from common import (DIGEST, Refusal, base_pin, check_registry_reachable, docker, image_id, log, pin_base_command,
+                    read_lock, registry_host, run_tool)
 
 
 def check_daemon() -> str:
@@ -52,7 +52,7 @@ def check_release_pin(pin: dict, base_image: str) -> str:
         raise Refusal(f"unknown base {base_image!r}: docker/base.lock pins {ref} for SGLang {pin['release']} "
                       f"lane {pin['lane']}",
                       "build on the locked base (leave BASE_IMAGE unset), pin another digest with "
-                      "`make -f docker/docker.mk pin-base`, or, for tests only, pass BASE_STANDIN=true "
+                      f"`{pin_base_command(pin['release'], pin['lane'])}`, or, for tests only, pass BASE_STANDIN=true "
                       "(the image is then labelled as built on a stand-in)")
     if not DIGEST.match(digest):
         command = pin_base_command(pin["release"], pin["lane"])

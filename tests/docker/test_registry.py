@@ -1,8 +1,9 @@
 """The registry path for real, against a local registry (Debian's docker-registry on loopback):
 `make pin-base` resolving a base tag there (old and new digest printed; a tag pushed over with other
 bytes shows as a new digest); `make build` pulling its base by digest (no stand-in flags: the release
-path); `make push` and a pull back by the printed digest; a digest the registry lacks and a registry
-that answers a push with an error each refused with one message, nothing built or pushed."""
+path); `make push` and a pull back by the printed digest; a digest the registry lacks, a registry that
+serves other bytes under the digest, and a registry that answers a push with an error: each refused
+with one message, nothing built or pushed."""
 
 from __future__ import annotations
 
@@ -31,11 +32,13 @@ def _lock(tmp_path, repository, digest=PLACEHOLDER):
 
 def _forget(dockerd, repository):
     """Drop every local reference into `repository` (tags and digests), so the next use must pull."""
-    refs = dockerd.docker("image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}",
-                          repository).stdout.split("\n")
-    for line in filter(None, refs):
+    listed = dockerd.docker("image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}",
+                            repository).stdout.split("\n")
+    for line in filter(None, listed):
         repo, tag, digest = line.split()
-        for ref in ([f"{repo}:{tag}"] if tag != "<none>" else []) + ([f"{repo}@{digest}"] if digest != "<none>" else []):
+        refs = [f"{repo}:{tag}"] if tag != "<none>" else []
+        refs += [f"{repo}@{digest}"] if digest != "<none>" else []
+        for ref in refs:
             dockerd.docker("image", "rm", ref, check=False)
 
 
@@ -118,3 +121,28 @@ def test_a_registry_that_refuses_the_push_gives_one_message_and_leaves_no_tag(do
     assert f"registry {read_only.address}/ml refused the push" in error and "fix: " in error, proc.stdout[-3000:]
     target = f"{read_only.address}/ml/{built_image.ref}"
     assert dockerd.docker("image", "inspect", target, check=False).returncode != 0
+
+
+def test_a_registry_that_serves_other_bytes_under_the_digest_is_refused(dockerd, registry, tmp_path):
+    """The registry's stored manifest is altered on disk (what a broken or hostile mirror does): the pull
+    by digest fails the daemon's content check, and the build stops with one message."""
+    base = standin.build_standin(dockerd, "0.5.19", tag="rso-standin-sglang:0.5.19-plain", toolchain=False)
+    repository = f"{registry.address}/tampered/sglang"
+    tag = f"{repository}:v0.5.19-cu130"
+    dockerd.docker("tag", base, tag)
+    dockerd.docker("push", tag, timeout=600)
+    digest = next(d.split("@")[1] for d in json.loads(dockerd.docker(
+        "image", "inspect", "--format", "{{json .RepoDigests}}", tag).stdout) if d.startswith(repository + "@"))
+    blob = registry.root / "data/docker/registry/v2/blobs/sha256" / digest[7:9] / digest[7:] / "data"
+    blob.write_bytes(blob.read_bytes() + b"\n")  # still valid JSON, no longer these bytes
+    _forget(dockerd, repository)
+    try:
+        proc = make(dockerd, "build", f"BASE_LOCK={_lock(tmp_path, repository, digest=digest)}", "KERNELS=skip",
+                    f"BUILD_DIR={tmp_path / 'b'}", "IMAGE=rso-test-must-not-exist:x")
+        assert proc.returncode != 0
+        error = proc.stdout[proc.stdout.rindex("error: "):]
+        assert f"the registry served bytes that do not match the pinned digest {digest}" in error, proc.stdout[-3000:]
+        assert "[2/4]" not in proc.stdout
+        assert dockerd.docker("image", "inspect", f"{repository}@{digest}", check=False).returncode != 0
+    finally:
+        _forget(dockerd, repository)
