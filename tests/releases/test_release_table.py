@@ -103,3 +103,10 @@ def test_files_mixed_from_two_releases_are_refused_naming_the_stranger(tmp_path,
     message = _refused(root)
     assert MAMBA_POOL in message and RELEASE_FILES["0.5.21"][MAMBA_POOL] in message
     assert RELEASE_FILES["0.5.22"][MAMBA_POOL] in message  # what was found
+
+
+def test_the_image_lock_pins_exactly_the_supported_releases():
+    """docker/base.lock's RELEASES (the images' list) is the patcher's SUPPORTED_RELEASES."""
+    lock = pathlib.Path(__file__).resolve().parents[2] / "docker" / "base.lock"
+    lines = [line for line in lock.read_text().splitlines() if line.startswith("RELEASES=")]
+    assert len(lines) == 1 and tuple(lines[0].split("=", 1)[1].split(",")) == SUPPORTED_RELEASES
