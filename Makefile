@@ -23,8 +23,8 @@ setup: ## install system packages (as root) and build .venv with the real SGLang
 	@bash scripts/setup-system.sh
 	@bash scripts/setup-venv.sh
 
-demo: setup ## main job: show stock 0.5.19 refusing, the overlay accepting, and a bitwise-exact commit on CPU
-	$(PY) -m harness.demo
+demo: setup ## main job: stock 0.5.19 refusing, the overlay accepting, a bitwise-exact commit on CPU (SGLANG_RELEASE=0.5.2X: that release)
+	$(PY) -m harness.demo $(if $(SGLANG_RELEASE),--release $(SGLANG_RELEASE))
 
 demo-json: setup ## main job with the full result as JSON on stdout (only JSON there; progress on stderr)
 	@$(PY) -m harness.demo --json

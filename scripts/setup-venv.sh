@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Builds .venv: a CPU Python environment holding the real SGLang 0.5.19 wheel from PyPI, the CPU torch it
-# pins, the Triton whose interpreter runs SGLang's kernels on CPU, the test tools, and this project
-# (editable). Idempotent: a stamp file records the inputs; a re-run with the same inputs does nothing.
+# pins, the Triton whose interpreter runs SGLang's kernels on CPU, the test tools, this project
+# (editable), and every later release the overlay supports (patcher/releases.py: SUPPORTED_RELEASES),
+# each with --no-deps under .venv/sglang-releases/<release> for the per-release tests (their srt modules
+# import with the same dependencies). Idempotent: a stamp file records the inputs; a re-run with the same
+# inputs does nothing.
 # Progress goes to stderr (so `make demo-json` keeps stdout for its JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3.11}
 stamp="$VENV/.rso-setup-stamp"
-want="v3 $(sha256sum scripts/setup-venv.sh pyproject.toml | sha256sum | cut -c1-16)"
+releases_py=overlay/replayssm_overlay/patcher/releases.py
+want="v4 $(sha256sum scripts/setup-venv.sh pyproject.toml "$releases_py" | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup-venv: $VENV is up to date" >&2; exit 0
 fi
 command -v "$PY" >/dev/null || { echo "setup-venv: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
-step() { echo "setup-venv: [$1/6] $2" >&2; }
+step() { echo "setup-venv: [$1/7] $2" >&2; }
 step 1 "creating $VENV with $($PY --version)"
 "$PY" -m venv "$VENV"
 pip_install() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" >&2; }
@@ -42,5 +46,18 @@ pip_install --no-deps -e .
 "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \
   && echo "setup-venv: sglang 0.5.19 imports" >&2 \
   || { echo "setup-venv: sglang does not import in $VENV" >&2; exit 1; }
+later=$("$VENV/bin/python" -c "import sys; sys.path.insert(0, 'overlay'); \
+from replayssm_overlay.patcher.releases import SUPPORTED_RELEASES as r; print(' '.join(r[1:]))")
+step 7 "the later releases (no deps) under $VENV/sglang-releases: $later"
+for release in $later; do
+  dir="$VENV/sglang-releases/$release"
+  if [ ! -d "$dir/sglang-$release.dist-info" ]; then
+    rm -rf "$dir"
+    pip_install --no-deps --target "$dir" "sglang==$release"
+  fi
+  PYTHONPATH="$dir" "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \
+    && echo "setup-venv: sglang $release imports" >&2 \
+    || { echo "setup-venv: sglang $release does not import from $dir" >&2; exit 1; }
+done
 echo "$want" > "$stamp"
 echo "setup-venv: done" >&2

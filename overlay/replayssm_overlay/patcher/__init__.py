@@ -25,7 +25,7 @@ import pathlib
 import replayssm_overlay
 from replayssm_overlay.cliutil import sha256_bytes
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.patcher import lock, store
+from replayssm_overlay.patcher import fingerprint, lock, store
 from replayssm_overlay.patcher.edits import patch_source
 from replayssm_overlay.patcher.filestate import MISSING, NO_FILE, PATCHED, PRISTINE, classify
 from replayssm_overlay.patcher.hookpoints import HookPointError
@@ -81,13 +81,17 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
                 )
             )
         else:
-            refusals.append(_unknown_refusal(f, tree.declared))
+            refusals.append(_unknown_refusal(f, tree.declared, tree.release))
     if not refusals and tree.release is None and any(f.releases for f in tree.files):
         refusals.append(
             "the files come from different SGLang releases ("
             + ", ".join(f"{f.relpath}: {','.join(sorted(f.releases)) or 'unknown'}" for f in tree.files)
             + "); reinstall one release"
         )
+    if tree.release is not None and tree.fingerprint and not allow_unverified:
+        refusals.append(_fingerprint_refusal(tree.release, tree.fingerprint))
+    if refusals and (tree.release is None or any(not f.releases and f.data is not None for f in tree.files)):
+        refusals.append(_likeness_line(tree))
     if refusals:
         raise OverlayError(
             f"refusing to patch {tree.sglang_dir}; no file was changed"
@@ -207,6 +211,8 @@ def _verify(sglang_dir, allow_unverified) -> dict:
         problems.append(
             f"the manifest records release {manifest.get('release')}, the files are {tree.release}"
         )
+    if tree.release is not None and tree.fingerprint and not allow_unverified:
+        problems.append(_fingerprint_refusal(tree.release, tree.fingerprint))
     return {
         "action": "verify",
         "ok": not problems,
@@ -339,7 +345,8 @@ def status(sglang_dir) -> dict:
         "state": overall,
         "release": tree.release,
         "declared_version": tree.declared,
-        "unverified": any(f.unverified for f in tree.files),
+        "unverified": any(f.unverified for f in tree.files) or bool(tree.fingerprint),
+        "fingerprint_mismatches": [m.as_json() for m in tree.fingerprint],
         "unverified_files": tree.unverified_files(),
         "release_label": tree.release_label(),
         "leftovers": [str(p) for p in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)],
@@ -367,6 +374,8 @@ class _Tree:
         self.release = (
             self.declared if self.declared in common else max(common, key=_version_key) if common else None
         )
+        # the files the hooks rely on besides the three patched ones, where they differ from the release's
+        self.fingerprint = fingerprint.mismatches(self.sglang_dir, self.release) if self.release else []
 
     def unverified_files(self) -> list:
         return [f.relpath for f in self.files if f.unverified]
@@ -391,7 +400,8 @@ class _Tree:
             "release": self.release,
             "declared_sglang_version": self.declared,
             "sglang_dir": str(self.sglang_dir),
-            "unverified": any(entry["unverified"] for entry in files.values()),
+            "unverified": any(entry["unverified"] for entry in files.values()) or bool(self.fingerprint),
+            "fingerprint_mismatches": [m.as_json() for m in self.fingerprint],
             "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "files": files,
             "kernels": kernels,
@@ -461,15 +471,38 @@ def _missing_refusal(f) -> str:
     )
 
 
-def _unknown_refusal(f, declared) -> str:
+def _unknown_refusal(f, declared, likely=None) -> str:
+    """`likely`: the release the tree's other target files are, if they agree on one."""
     expected = expected_hashes(f.relpath)
-    shown = {declared: expected[declared]} if declared in expected else expected
+    named = declared if declared in expected else likely if likely in expected else None
+    shown = {named: expected[named]} if named else dict(reversed(list(expected.items())))
     return (
         f"{f.relpath}: sha256 {f.sha256} matches no known release (expected "
         + ", ".join(f"{sha} for SGLang {release}" for release, sha in shown.items())
         + f"; the installation declares version {declared or 'unknown'}). Reinstall the pristine file "
         f"(pip install --force-reinstall --no-deps sglang=={next(iter(shown))}), or, if you have checked "
         "that this content is compatible, rerun with --allow-unverified"
+    )
+
+
+def _fingerprint_refusal(release: str, mismatches: list) -> str:
+    return (
+        f"the three patched files are SGLang {release}'s, but files whose behaviour the overlay's hooks rely "
+        f"on are not: " + "; ".join(m.describe(release) for m in mismatches) + ". Reinstall SGLang "
+        f"(pip install --force-reinstall --no-deps sglang=={release}), or, if you have checked that the "
+        "changed files keep what the hooks rely on (patcher/releases.py says what each file is for), rerun "
+        "with --allow-unverified: it is recorded in the manifest and `verify` then needs it too"
+    )
+
+
+def _likeness_line(tree) -> str:
+    observed = {f.relpath: (f.base_sha256 if f.data is not None else None) for f in tree.files}
+    like = fingerprint.closest_release(tree.sglang_dir, observed, tree.declared)
+    return (
+        f"this tree (declared version {tree.declared or 'unknown'}) is none of the supported releases "
+        f"({', '.join(RELEASES)}): {like.describe()}. A release between the supported ones, a nightly or "
+        "a tree whose hook structure moved needs its own entry in patcher/releases.py (and checked hooks); "
+        "--allow-unverified patches it anyway where the hook points are found, recorded as unverified"
     )
 
 
