@@ -66,10 +66,10 @@ PRESETS = {
         32, 16, 128, 128, "Qwen3NextConfig defaults in sglang 0.5.19 srt/configs/qwen3_next.py, the 80B-A3B's "
         "config (48 layers, 36 GDN)"),
     "qwen3.5-35b-a3b": ModelPreset(
-        32, 16, 128, 128, "Qwen/Qwen3.5-35B-A3B config.json (40 layers, 30 GDN; Qwen3.6-35B-A3B has the same)"),
-    "qwen3.5-122b-a10b": ModelPreset(64, 16, 128, 128, "Qwen/Qwen3.5-122B-A10B config.json (48 layers, 36 GDN)"),
-    "qwen3.5-397b-a17b": ModelPreset(64, 16, 128, 128, "Qwen/Qwen3.5-397B-A17B config.json (60 layers, 45 GDN)"),
-    "qwen3.5-27b": ModelPreset(48, 16, 128, 128, "Qwen/Qwen3.5-27B config.json (64 layers, 48 GDN)"),
+        32, 16, 128, 128, "Qwen/Qwen3.5-35B-A3B model config (40 layers, 30 GDN; Qwen3.6-35B-A3B has the same)"),
+    "qwen3.5-122b-a10b": ModelPreset(64, 16, 128, 128, "Qwen/Qwen3.5-122B-A10B model config (48 layers, 36 GDN)"),
+    "qwen3.5-397b-a17b": ModelPreset(64, 16, 128, 128, "Qwen/Qwen3.5-397B-A17B model config (60 layers, 45 GDN)"),
+    "qwen3.5-27b": ModelPreset(48, 16, 128, 128, "Qwen/Qwen3.5-27B model config (64 layers, 48 GDN)"),
 }
 
 
