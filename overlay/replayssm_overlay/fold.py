@@ -67,7 +67,8 @@ def _decide():
     return "sglang", f"no usable prebuilt overlay kernels ({why}); {ENV_FOLD}=overlay would JIT-compile them", None
 
 
-def _chosen():
+def chosen():
+    """(kind, reason, prebuilt launchers or None): the fold this process uses, decided once."""
     global _choice
     if _choice is None:
         with _lock:
@@ -77,7 +78,8 @@ def _chosen():
     return _choice
 
 
-def _fall_back(reason: str) -> None:
+def fall_back_to_sglang(reason: str) -> None:
+    """Use SGLang's fold from now on in this process (a call it does not cover, or the self-check)."""
     global _choice
     with _lock:
         _choice = ("sglang", reason, None)
@@ -116,7 +118,7 @@ def fold_accepted_prefix(
     mamba_steps_to_track=None,
     null_block_id: int = -1,
 ) -> None:
-    kind, _reason, kernels = _chosen()
+    kind, _reason, kernels = chosen()
     if kind != "sglang":
         from replayssm_overlay.kernels import gdn_fold, loader
 
@@ -126,7 +128,7 @@ def fold_accepted_prefix(
                           accept_lens=accept_lens, mamba_track_indices=mamba_track_indices,
                           mamba_steps_to_track=mamba_steps_to_track, null_block_id=null_block_id)
         except refusals as err:  # raised before the state is touched
-            _fall_back(f"the overlay's fold does not cover this call: {err}")
+            fall_back_to_sglang(f"the overlay's fold does not cover this call: {err}")
         else:
             _conv_rollback(spec_state, state_batch_indices, last_correct_step_indices, mamba_track_indices,
                            mamba_steps_to_track)
