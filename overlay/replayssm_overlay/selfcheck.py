@@ -199,10 +199,15 @@ class _Window:
         return state, tracked
 
 
-def _recurrence_module():
-    from sglang.kernels.ops.attention.fla import fused_sigmoid_gating_recurrent
+RECURRENCE_MODULE = "sglang.kernels.ops.attention.fla.fused_sigmoid_gating_recurrent"
 
-    return fused_sigmoid_gating_recurrent
+
+def _recurrence_module():
+    """SGLang's recurrence (`fused_sigmoid_gating_delta_rule_update`), by its full module name (a GPU
+    check that loads SGLang's kernel files by path registers them under it)."""
+    import importlib
+
+    return importlib.import_module(RECURRENCE_MODULE)
 
 
 def _packed_qkv(q, k, v):
