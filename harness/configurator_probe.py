@@ -146,10 +146,10 @@ CASES = (
 )
 
 
-def probe(case: Case) -> dict:
-    """Run the case's pool builder; report 'accepted' (with the pool's ReplaySSM mode) or 'refused' (with
-    the error type and message)."""
-    configurator = build_configurator(hf_config(case.model))
+def probe(case: Case, model: TinyGDN = TinyGDN()) -> dict:
+    """Run the case's pool builder for `model`'s head shapes; report 'accepted' (with the pool's ReplaySSM
+    mode) or 'refused' (with the error type and message)."""
+    configurator = build_configurator(hf_config(case.model, model))
     with published(
         case.algorithm,
         replayssm_spec=case.replayssm_spec,

@@ -55,7 +55,9 @@ def _count_guard_calls() -> dict:
     return counter
 
 
-def probe_configurator(progress) -> list:
+def probe_configurator(progress, model) -> list:
+    """Every configurator case, with the cycle's model: a lifted refusal runs the node's self-check of the
+    fold on that model's head shapes, and its outcome holds for the commits that follow."""
     from harness.configurator_probe import CASES, probe
 
     counter = _count_guard_calls()
@@ -63,7 +65,7 @@ def probe_configurator(progress) -> list:
     for case in CASES:
         progress(f"configurator: {case.name}")
         counter["calls"] = 0 if counter["calls"] is not None else None
-        result = probe(case)
+        result = probe(case, model)
         results.append(
             {"case": case.name, "flags": case.flags(), **result, "guard_hook_calls": counter["calls"]}
         )
@@ -120,14 +122,14 @@ def main(argv=None) -> int:
     on_cpu.prepare()
     import sglang
 
+    from harness.gdn_pool import TinyGDN
+
     importable = _overlay_importable()
     report = {"sglang": sglang.__file__.rsplit("/", 1)[0], "overlay_importable": importable}
+    model = TinyGDN(head_k_dim=args.head_k_dim)
     if args.part in ("all", "configurator"):
-        report["configurator"] = probe_configurator(progress)
+        report["configurator"] = probe_configurator(progress, model)
     if args.part in ("all", "cycle"):
-        from harness.gdn_pool import TinyGDN
-
-        model = TinyGDN(head_k_dim=args.head_k_dim)
         report["model"] = model.describe()
         report["cycle"] = probe_cycle(progress, args.seed, model)
         if importable:
@@ -135,6 +137,9 @@ def main(argv=None) -> int:
             from replayssm_overlay import fold
 
             report["fold"] = fold.describe()  # after the commits: the fold the overlay actually used
+            from replayssm_overlay import selfcheck
+
+            report["selfcheck"] = selfcheck.read_records()
     report["overlay_log"] = overlay_lines.lines
     report["seconds"] = round(time.monotonic() - started, 1)
     json.dump(report, sys.stdout)

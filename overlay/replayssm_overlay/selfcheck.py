@@ -32,6 +32,7 @@ RECORD_SCHEMA = 1
 REQUESTS = 2  # rows of the check's batch: one accepts the whole window, one a random shorter prefix
 
 logger = logging.getLogger("replayssm_overlay.selfcheck")
+_checked = {}  # Geometry -> its record: the check runs once per process and pool geometry
 
 
 @dataclass(frozen=True)
@@ -69,43 +70,53 @@ def record_dir() -> Path:
 
 
 def check_before_serving(geometry: Geometry, *, seed: int | None = None) -> dict:
-    """Run the check for this process's pool geometry, act on it (fall back on anything but a pass),
-    write the record and return it."""
+    """Run the check for this process's pool geometry (once; a second pool of the same geometry gets the
+    same record), act on it (SGLang's fold on anything but a pass), write the record and return it."""
+    if geometry in _checked:
+        return _checked[geometry]
     from replayssm_overlay import fold
 
     started = time.monotonic()
-    kind, reason, kernels = fold.chosen()
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
-    if geometry.state_dtype != "float32":
-        outcome = "sglang-fold"
-        detail = (f"the SSM state is {geometry.state_dtype} (--mamba-ssm-dtype); the overlay's fold "
-                  "reproduces the float32 recurrence only, so SGLang's fold commits")
-        if kind != "sglang":
-            fold.fall_back_to_sglang(detail)
-    elif kind == "sglang":
-        outcome, detail = "sglang-fold", f"SGLang's fold is in use ({reason}); nothing to check"
-    else:
-        try:
-            mismatch = _compare(geometry, kernels, seed)
-        except Exception as err:  # a check that cannot run proves nothing: do not serve the overlay's fold
-            mismatch = f"the check could not run ({type(err).__name__}: {err})"
-            outcome = "error"
-        else:
-            outcome = "mismatch" if mismatch else "passed"
-        if mismatch:
-            detail = f"self-check: the overlay's fold ({kind}) is not bitwise SGLang's recurrence: {mismatch}"
-            logger.error("replayssm-overlay: %s; switching to SGLang's fold for this process", detail)
-            fold.fall_back_to_sglang(detail)
-        else:
-            detail = f"the overlay's fold ({kind}) equals SGLang's recurrence bitwise on a random window"
-            logger.info("replayssm-overlay: self-check passed: %s", detail)
+    outcome, detail = _check(geometry, seed)
+    if outcome == "passed":
+        logger.info("replayssm-overlay: self-check passed: %s", detail)
+    elif outcome in ("mismatch", "error"):
+        logger.error("replayssm-overlay: self-check: %s; switching to SGLang's fold for this process", detail)
+    if outcome != "passed" and fold.chosen()[0] != "sglang":
+        fold.fall_back_to_sglang(f"self-check before serving: {detail}")  # logged once, with the reason
     record = {
         "schema": RECORD_SCHEMA, "pid": os.getpid(), "time": time.time(), "outcome": outcome, "detail": detail,
         "seed": seed, "geometry": asdict(geometry), "fold": fold.describe(),
         "seconds": round(time.monotonic() - started, 3),
     }
     _write(record)
+    _checked[geometry] = record
     return record
+
+
+def _check(geometry: Geometry, seed: int) -> tuple[str, str]:
+    """(outcome, detail): passed, mismatch, error (the check could not run), not-covered (the overlay's
+    fold does not take this pool) or sglang-fold (SGLang's fold is the one in use, or must be)."""
+    from replayssm_overlay import fold
+
+    kind, reason, kernels = fold.chosen()
+    if geometry.state_dtype != "float32":
+        return "sglang-fold", (f"the SSM state is {geometry.state_dtype} (--mamba-ssm-dtype); the overlay's "
+                               "fold reproduces the float32 recurrence only, so SGLang's fold commits")
+    if kind == "sglang":
+        return "sglang-fold", f"SGLang's fold is in use ({reason}); nothing to check"
+    from replayssm_overlay.kernels import gdn_fold, loader
+
+    try:
+        mismatch = _compare(geometry, kernels, seed)
+    except (gdn_fold.FoldShapeNotSupported, loader.ArtifactRefused) as err:
+        return "not-covered", f"the overlay's fold does not cover this pool ({err}), so SGLang's fold commits"
+    except Exception as err:  # a check that cannot run proves nothing: do not serve the overlay's fold
+        return "error", f"the check of the overlay's fold ({kind}) could not run ({type(err).__name__}: {err})"
+    if mismatch:
+        return "mismatch", f"the overlay's fold ({kind}) is not bitwise SGLang's recurrence: {mismatch}"
+    return "passed", f"the overlay's fold ({kind}) equals SGLang's recurrence bitwise on a random window"
 
 
 def _compare(geometry: Geometry, kernels, seed: int) -> str:

@@ -29,6 +29,7 @@ def overlay_fold(monkeypatch, tmp_path):
     """A fresh fold decision in RSO_FOLD=overlay mode (no prebuilt kernels: JIT, the interpreter on the
     CPU), records in the test's tmp, SGLang's recurrence importable on a GPU machine without sglang."""
     monkeypatch.setattr(fold, "_choice", None)
+    monkeypatch.setattr(selfcheck, "_checked", {})
     monkeypatch.setenv(fold.ENV_FOLD, "overlay")
     monkeypatch.setenv("RSO_KERNEL_DIR", str(tmp_path / "no-kernels"))
     monkeypatch.setenv(selfcheck.ENV_RECORD_DIR, str(tmp_path / "state"))
@@ -69,6 +70,8 @@ def test_a_planted_reordered_tree_is_caught_and_falls_back_to_sglangs_fold(monke
     assert chosen["fold"] == "sglang" and "self-check" in chosen["reason"]
     errors = [r for r in caplog.records if r.levelno == logging.ERROR and r.name.startswith("replayssm_overlay")]
     assert len(errors) == 1 and "switching to SGLang's fold" in errors[0].getMessage()
+    switches = [r for r in caplog.records if r.name == "replayssm_overlay.fold" and "switching" in r.getMessage()]
+    assert len(switches) == 1
     assert _only_record()["outcome"] == "mismatch"
 
     calls = []
@@ -95,7 +98,20 @@ def test_a_non_fp32_state_uses_sglangs_fold_and_says_so(caplog):
 def test_a_check_that_cannot_run_falls_back():
     record = selfcheck.check_before_serving(selfcheck.Geometry(**{**SMALL.__dict__, "window": None}), seed=4)
     assert record["outcome"] == "error" and "could not run" in record["detail"]
+    assert "no verify window" in record["detail"]
     assert fold.describe()["fold"] == "sglang"
+
+
+def test_a_shape_the_overlay_does_not_cover_uses_sglangs_fold():
+    record = selfcheck.check_before_serving(selfcheck.Geometry(**{**SMALL.__dict__, "head_k_dim": 64}), seed=6)
+    assert record["outcome"] == "not-covered" and "K=64" in record["detail"]
+    assert fold.describe()["fold"] == "sglang"
+
+
+def test_the_check_runs_once_per_geometry(monkeypatch):
+    first = selfcheck.check_before_serving(SMALL, seed=7)
+    monkeypatch.setattr(selfcheck, "_compare", lambda *a: pytest.fail("checked twice"))
+    assert selfcheck.check_before_serving(SMALL, seed=8) is first
 
 
 def test_sglangs_fold_needs_no_check(monkeypatch):
