@@ -147,9 +147,10 @@ def fold_accepted_prefix(
 
 
 def describe() -> dict:
-    """Which fold the commit path uses on this node, and why. Cheap (imports no torch or triton): once a
-    commit has run it reports that decision; before, what the settings and artifact folder point to
-    (the node checks -- Triton version, GPU arch, checksums -- run at the first commit)."""
+    """Which fold the commit path uses on this node, and why. Cheap (imports no torch or triton): once
+    decided (by the self-check when a server builds its pool, or the first commit) it reports that
+    decision; before, what the settings and artifact folder point to (the node checks -- Triton
+    version, GPU arch, checksums -- run at that decision)."""
     if _choice is not None:
         return {"fold": _choice[0], "reason": _choice[1], "decided": True}
     try:
@@ -163,7 +164,7 @@ def describe() -> dict:
     folder = loader.artifact_dir()
     if (folder / "manifest.json").is_file():
         return {"fold": "overlay-prebuilt", "decided": False,
-                "reason": f"prebuilt kernels in {folder}, checked against this node at the first commit"}
+                "reason": f"prebuilt kernels in {folder}, checked against this node when a server builds its pool"}
     why = f"no prebuilt kernels in {folder}"
     if mode == "overlay":
         return {"fold": "overlay-jit", "reason": f"{ENV_FOLD}=overlay and {why}", "decided": False}
