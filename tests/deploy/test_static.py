@@ -142,7 +142,7 @@ def test_flag_mapping_renders_sglang_arguments():
         f.sglang_flag_args(["--enable-linear-replayssm-spec"])
 
 
-@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "status", "deploy-smoke"])
+@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "fleet-status", "deploy-smoke"])
 def test_make_targets_need_an_inventory(target):
     proc = subprocess.run(["make", "-f", "deploy/deploy.mk", target], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2
