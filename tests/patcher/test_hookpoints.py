@@ -77,8 +77,8 @@ def test_unguarded_pool_builders_ask_the_overlay_first(method_name, builder, pri
     tree = ast.parse(patch_source(CONFIGURATOR, pristine_files[CONFIGURATOR]))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KVCacheConfigurator")
     method = next(n for n in cls.body if getattr(n, "name", None) == method_name)
-    check = method.body[1] if isinstance(method.body[0].value if isinstance(method.body[0], ast.Expr) else None,
-                                         ast.Constant) else method.body[0]
+    has_docstring = isinstance(method.body[0], ast.Expr) and isinstance(method.body[0].value, ast.Constant)
+    check = method.body[1 if has_docstring else 0]
     assert ast.unparse(check) == (
         f"if _rso_hooks is not None:\n    _rso_hooks.refuse_unserved_pool(self, '{builder}')"
     )
