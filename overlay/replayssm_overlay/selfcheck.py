@@ -11,9 +11,10 @@ run) the process switches to SGLang's own fold (`fold.fall_back_to_sglang`) and 
 why. The outcome is written as a small JSON record per process (`record_dir()`), which
 `replayssm-overlay status --json` reads from another process (`read_records`).
 
-Cost: one layer, two requests, the pool's own per-rank head shape, dtypes and verify window, so the
-prebuilt binaries are the ones that run (the overlay's kernels are never JIT-compiled when prebuilt ones
-match); the reference compiles SGLang's recurrence twice (ring write and decode), cached by Triton.
+Cost: one layer, two requests, the pool's own per-rank head shape, dtypes and verify window, launched
+through the server's own commit path (`kernels.commit_plan.CommitPlan`), so the prebuilt binaries are
+the ones that run (the overlay's kernels are never JIT-compiled when prebuilt ones match); the reference
+compiles SGLang's recurrence twice (ring write and decode), cached by Triton.
 A non-fp32 SSM state (`--mamba-ssm-dtype`) is not one the overlay's fold handles: SGLang's fold commits,
 said once, and there is nothing to check.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 ENV_RECORD_DIR = "RSO_STATE_DIR"
 RECORD_SCHEMA = 1
 REQUESTS = 2  # rows of the check's batch: one accepts the whole window, one a random shorter prefix
+CONV_DIM, CONV_WIDTH = 64, 3  # the check's conv state per slot (the commit's conv sizes are runtime values)
 
 logger = logging.getLogger("replayssm_overlay.selfcheck")
 _checked = {}  # Geometry -> its record: the check runs once per process and pool geometry
@@ -106,11 +108,11 @@ def _check(geometry: Geometry, seed: int) -> tuple[str, str]:
                                "fold reproduces the float32 recurrence only, so SGLang's fold commits")
     if kind == "sglang":
         return "sglang-fold", f"SGLang's fold is in use ({reason}); nothing to check"
-    from replayssm_overlay.kernels import gdn_fold, loader
+    from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
 
     try:
         mismatch = _compare(geometry, kernels, seed)
-    except (gdn_fold.FoldShapeNotSupported, loader.ArtifactRefused) as err:
+    except (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused) as err:
         return "not-covered", f"the overlay's fold does not cover this pool ({err}), so SGLang's fold commits"
     except Exception as err:  # a check that cannot run proves nothing: do not serve the overlay's fold
         return "error", f"the check of the overlay's fold ({kind}) could not run ({type(err).__name__}: {err})"
@@ -120,25 +122,32 @@ def _check(geometry: Geometry, seed: int) -> tuple[str, str]:
 
 
 def _compare(geometry: Geometry, kernels, seed: int) -> str:
-    """'' if the chosen fold equals the token-by-token recurrence bitwise, else what differs."""
+    """'' if the chosen fold, launched as the server's commit launches it (`kernels.commit_plan`), equals
+    the token-by-token recurrence bitwise (and rolls the conv windows back), else what differs."""
     import torch
 
-    from replayssm_overlay.kernels import gdn_fold
+    from replayssm_overlay import fold
+    from replayssm_overlay.kernels import commit_plan
 
     if not geometry.window or geometry.window < 1:
         raise ValueError(f"no verify window to check (speculative draft tokens: {geometry.window})")
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     window = _verified_window(geometry, device, seed)
     expected, tracked = window.replayed()
-    for track in (False, True):  # both prebuilt specializations of the fold (HAS_TRACK)
-        state = window.initial.clone()
+    source = fold.kernel_source(kernels)
+    for track in (False, True):  # both prebuilt specializations of the commit (HAS_TRACK)
+        pool = window.pool()
         track_slots, track_steps = window.track() if track else (None, None)
-        gdn_fold.fold_all_layers(state, window.rawv, window.rawk, window.g, window.beta, window.slots,
-                                 window.accept_lens, track_slots, track_steps, kernels=kernels)
+        commit_plan.CommitPlan(pool, REQUESTS, track, source).run(window.slots, window.accept_lens,
+                                                                  track_slots, track_steps)
+        state = pool.temporal
         for row, slot in enumerate(window.slots.tolist()):
             if not torch.equal(state[:, slot], expected[:, slot]):
                 return (f"slot of request {row} (accepted {int(window.accept_lens[row])} of {geometry.window} "
                         f"tokens) differs after the fold, {_diff(state[:, slot], expected[:, slot])}")
+            last = int(window.accept_lens[row]) - 1
+            if not torch.equal(pool.conv[0][:, slot], pool.intermediate_conv_window[0][:, row, last]):
+                return f"the conv window of request {row} was not rolled back to its last accepted step"
         if track and not torch.equal(state[:, window.track_slot], tracked):
             return f"the track slot differs, {_diff(state[:, window.track_slot], tracked)}"
         untouched = window.untouched_slot(track)
@@ -167,6 +176,19 @@ class _Window:
     beta: object
     slots: object  # [B] int32
     accept_lens: object  # [B] int32
+    conv_windows: object  # [1, B, N, CONV_DIM, CONV_WIDTH] per-step conv windows, random
+
+    def pool(self):
+        """A fresh pool (the pre-verify state, the ring, zero conv states) shaped like the server's."""
+        import types
+
+        import torch
+
+        conv = torch.zeros(1, self.initial.shape[1], CONV_DIM, CONV_WIDTH, dtype=self.rawk.dtype,
+                           device=self.initial.device)
+        return types.SimpleNamespace(temporal=self.initial.clone(), replayssm_rawv=self.rawv, replayssm_rawk=self.rawk,
+                                     replayssm_g=self.g, replayssm_beta=self.beta, conv=[conv],
+                                     intermediate_conv_window=[self.conv_windows])
 
     @property
     def track_slot(self) -> int:
@@ -257,6 +279,7 @@ def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
         g=torch.zeros(1, slots, HV, N, device=device), beta=torch.zeros(1, slots, HV, N, device=device),
         slots=torch.arange(REQUESTS, dtype=torch.int32, device=device),
         accept_lens=torch.tensor([N, shorter], dtype=torch.int32, device=device),
+        conv_windows=randn(1, REQUESTS, N, CONV_DIM, CONV_WIDTH, dtype=raw),
     )
     q, k, v = _packed_qkv(*(inputs[name].reshape(REQUESTS * N, *inputs[name].shape[2:]) for name in ("q", "k", "v")))
     _recurrence_module().fused_sigmoid_gating_delta_rule_update(

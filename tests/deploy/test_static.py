@@ -84,6 +84,8 @@ BAD = {
                         "/nonexistent/overlay.tar does not exist on the\ncontroller"),
     "role-owned flag in extra args": ({"sglang_extra_args": ["--port", "1234"]}, "sglang_extra_args set\nport"),
     "unknown CUDA lane": ({"sglang_image_cuda_lane": "cu999"}, "unknown sglang_image_cuda_lane 'cu999'"),
+    "registry mode through an ssh docker host": ({"sglang_docker_host": "ssh://gpu01"},
+                                                 "needs a unix:// socket or a plain tcp:// address"),
 }
 
 

@@ -36,7 +36,7 @@ def add_build(sub, common) -> None:
                        help=f"model preset, repeatable (choices: {', '.join(sorted(aot.PRESETS))}; default: all)")
     for dim, meaning in (("hv", "value heads"), ("h", "key heads"), ("k", "key head dim"), ("v", "value head dim")):
         build.add_argument(f"--{dim}", type=int, metavar="N", help=f"GDN {meaning} of the whole model (default: from --model)")
-    build.add_argument("--window", type=int, nargs="+", metavar="T", help="verify windows (default: 8 16)")
+    build.add_argument("--window", type=int, nargs="+", metavar="T", help="verify windows (default: 2 to 16)")
     build.add_argument("--tp", type=int, nargs="+", metavar="N", help="tensor-parallel sizes (default: 1 2 4 8)")
     build.add_argument("--provider", metavar="MODULE:FUNCTION",
                        help="function listing the specializations (default: the overlay's fold kernel)")

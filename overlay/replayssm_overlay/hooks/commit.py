@@ -61,13 +61,13 @@ def steps_to_track(seq_lens_pre, seq_lens_post, commit_lens, track_interval: int
     crosses = seq_lens_pre // track_interval != seq_lens_post // track_interval
     step = torch.clamp(boundary - seq_lens_pre - 1, min=0)
     kept = crosses & (step < commit_lens.to(step.dtype))
-    return torch.where(kept, step, torch.full_like(step, -1)).to(torch.int64)
+    return torch.where(kept, step, torch.full_like(step, -1)).to(torch.int32)  # what the commit kernel reads
 
 
 def _commit(target: _FoldTarget, batch, seq_lens_pre, seq_lens_post, commit_lens) -> None:
-    """Fold each request's accepted prefix (bonus included) into its slot, and its track step if any."""
-    import torch
-
+    """Fold each request's accepted prefix (bonus included) into its slot, and its track step if any. The
+    last accepted step (commit_lens - 1) is not computed here: the overlay's kernel reads it off the
+    accept lengths, and SGLang's commit, where it runs, gets it from `fold_accepted_prefix`."""
     from replayssm_overlay.fold import fold_accepted_prefix
 
     request_count = commit_lens.shape[0]
@@ -86,7 +86,6 @@ def _commit(target: _FoldTarget, batch, seq_lens_pre, seq_lens_post, commit_lens
         spec_state=target.spec_state,
         state_batch_indices=target.linear_backend.forward_metadata.mamba_cache_indices[:request_count],
         accept_lens=commit_lens,
-        last_correct_step_indices=commit_lens.to(torch.int64) - 1,
         mamba_track_indices=mamba_track_indices,
         mamba_steps_to_track=mamba_steps_to_track,
         null_block_id=-1,
