@@ -15,7 +15,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:?set OUT to the results folder}
 : "${RSO_SGLANG_KERNELS:?set RSO_SGLANG_KERNELS to the folder of SGLang 0.5.19 kernel files}"
 RSO_SGLANG_KERNELS=$(realpath "$RSO_SGLANG_KERNELS")
-export PYTHONUNBUFFERED=1 RSO_SGLANG_KERNELS
+# the AOT test builds SGLang's own fold too, from its file
+export PYTHONUNBUFFERED=1 RSO_SGLANG_KERNELS RSO_SGLANG_FOLD_FILE=$RSO_SGLANG_KERNELS/gdn_replayssm_spec_fold.py
 cd "$root" || exit 2
 tests=${GPU_TESTS:-tests/kernels/test_gdn_fold.py tests/kernels/test_selfcheck.py tests/aot/test_aot_gpu.py}
 carry=$(realpath "${TRITON_CARRY:?set TRITON_CARRY}")
@@ -39,6 +40,7 @@ env "${t371[@]}" python3 -m replayssm_overlay kernels build --out /tmp/rso-selfc
 env "${t371[@]}" python3 benchmarks/gpu_selfcheck.py --artifacts /tmp/rso-selfcheck-kernels \
   --out "$out/selfcheck" >"$out/selfcheck.log" 2>&1 || status=1
 tail -8 "$out/selfcheck.log"
+[ -n "${SKIP_COMMIT_BENCH:-}" ] && exit $status
 # gpu_commit_run.sh runs from a folder holding overlay/, benchmarks/ and sglang-kernels/: lay one out
 bench=$(mktemp -d) && cp -r overlay benchmarks "$bench/" && ln -s "$RSO_SGLANG_KERNELS" "$bench/sglang-kernels"
 GPU_COMMIT_ARGS_MACHINE=--quick TRITON_CARRY="$carry" bash "$bench/benchmarks/gpu_commit_run.sh" || status=1

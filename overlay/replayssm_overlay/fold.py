@@ -60,11 +60,10 @@ def _decide():
 
     artifacts, why = loader.open_or_explain()
     if artifacts is not None:
-        from replayssm_overlay.kernels import conv_rollback, gdn_fold
+        from replayssm_overlay.kernels import gdn_fold
 
-        try:  # binaries of both kernels, built from the installed sources (a stale folder is refused here)
-            for fn in (gdn_fold.gdn_replayssm_fold_kernel, conv_rollback.conv_window_rollback_kernel):
-                artifacts.kernel(fn)
+        try:  # the commit kernel's binaries, built from the installed source (a stale folder is refused here)
+            artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel)
             return "overlay-prebuilt", f"prebuilt commit kernels from {artifacts.folder}", artifacts
         except loader.ArtifactRefused as err:
             why = err.what
