@@ -207,10 +207,10 @@ def test_make_targets_need_an_inventory(target):
 
 
 def test_make_deploy_runs_the_deploy_playbook_with_batches_and_limit():
-    proc = subprocess.run(["make", "--no-print-directory", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=inv/site", "LIMIT=gpu0*",
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=deploy/inventories/example", "LIMIT=gpu0*",
                            'SERIAL=[1,"50%"]', "ANSIBLE_PLAYBOOK=ansible-playbook"],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["ANSIBLE_CONFIG=deploy/ansible.cfg", "ansible-playbook", "-i", "inv/site", "--limit",
+    assert proc.stdout.split() == ["ANSIBLE_CONFIG=deploy/ansible.cfg", "ansible-playbook", "-i", "deploy/inventories/example", "--limit",
                                    "'gpu0*'", "-e", """'{"sglang_rollout_serial":""", """[1,"50%"]}'""",
                                    "deploy/playbooks/deploy.yml"]
