@@ -165,6 +165,34 @@ def decode_reference(case: FoldCase):
     return temporal, tracked
 
 
+def snapshot_reference(case: FoldCase):
+    """Stock's snapshot path on the same inputs: SGLang's verify writes every step's state of every row
+    (`intermediate_states_buffer`), then SGLang's scatter copies each row's last accepted step into its
+    slot and its track step into its track slot. The temporal state afterwards."""
+    fsg = sglang_module("fla.fused_sigmoid_gating_recurrent")
+    scatter = sglang_module("mamba.mamba_state_scatter_triton").fused_mamba_state_scatter_with_mask
+    temporal = case.initial.clone()
+    B, N, device = len(case.slots), case.N, temporal.device
+    inter = torch.empty(case.L, B, N, case.HV, case.V, case.K, device=device)
+    rows = torch.arange(B, dtype=torch.int32, device=device)
+    cu = torch.arange(0, B * N + 1, N, dtype=torch.int32, device=device)
+    for layer in range(case.L):
+        qs, ks, vs = _mixed_qkv(case.q[layer].reshape(B * N, case.H, case.K),
+                                case.k[layer].reshape(B * N, case.H, case.K),
+                                case.v[layer].reshape(B * N, case.HV, case.V))
+        fsg.fused_sigmoid_gating_delta_rule_update(
+            A_log=case.A_log[layer], a=case.a[layer].reshape(B * N, case.HV), dt_bias=case.dt_bias[layer],
+            softplus_beta=1.0, softplus_threshold=20.0, q=qs, k=ks, v=vs, b=case.b[layer].reshape(B * N, case.HV),
+            initial_state_source=temporal[layer], initial_state_indices=case.slots, cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True,
+            intermediate_states_buffer=inter[layer], intermediate_state_indices=rows, cache_steps=N,
+        )
+    scatter(temporal, inter, case.slots, (case.accept_lens - 1).to(torch.int32))
+    if case.track_slots is not None:
+        scatter(temporal, inter, case.track_slots, case.track_steps)
+    return temporal
+
+
 def reference_float64(case: FoldCase):
     """The same recurrence in float64 from the ring (no rounding to fp32 between ops): for closeness."""
     h = case.initial.double().clone()

@@ -4,7 +4,7 @@
 
 DIR was built elsewhere (on a CPU machine, for sm_90, with this node's Triton and Python) by
 `replayssm-overlay kernels build` (for `sglang`: with `--provider benchmarks.aot_sglang_fold:aot_specializations`).
-The kernel under test is the overlay's fold (`kernels/gdn_fold.py`, through `fold_all_layers(kernels=...)`)
+The kernel under test is the overlay's commit (`kernels/commit_plan.py` on `kernels/gdn_fold.py`)
 or SGLang 0.5.19's (its wrapper, with its module's JIT kernel swapped for the prebuilt one). Every case
 runs in a fresh Python process with an empty TRITON_CACHE_DIR and counts Triton compilations with
 `triton.knobs.compilation.listener`:
@@ -83,25 +83,34 @@ class SGLangFold:
 
 
 class OverlayFold:
-    """The overlay's `fold_all_layers`, given the prebuilt (knorm, fold) pair or None (JIT)."""
+    """The overlay's commit (`kernels/commit_plan.py`) on the prebuilt binaries or Triton's JIT, with a
+    conv pair of its own (the sha256 below covers the temporal state)."""
 
     def __init__(self):
-        from replayssm_overlay.kernels import gdn_fold
+        from replayssm_overlay.kernels import commit_plan, launch
 
-        self.module = gdn_fold
+        self.commit_plan, self.launch = commit_plan, launch
         self.kernels = None
 
     def use(self, artifacts) -> None:
-        m = self.module
-        self.kernels = (artifacts.kernel(m.gdn_replayssm_knorm_kernel), artifacts.kernel(m.gdn_replayssm_fold_kernel)
-                        ) if artifacts else None
+        self.kernels = self.launch.PrebuiltKernels(artifacts) if artifacts else self.launch.JitKernels()
 
     def __call__(self, inputs: dict) -> None:
-        self.module.fold_all_layers(
-            inputs["checkpoint_state"], inputs["rawv_cache"], inputs["rawk_cache"], inputs["g_cache"],
-            inputs["beta_cache"], inputs["ssm_state_indices"], inputs["accept_lens"],
-            inputs.get("mamba_track_indices"), inputs.get("mamba_steps_to_track"), kernels=self.kernels,
-        )
+        import types
+
+        import torch
+
+        state = inputs["checkpoint_state"]
+        L, S, B = state.shape[0], state.shape[1], inputs["ssm_state_indices"].shape[0]
+        conv = inputs.setdefault("conv", torch.zeros(L, S, 64, 3, dtype=torch.bfloat16, device=state.device))
+        window = inputs.setdefault("conv_window", torch.ones(L, B, WINDOW, 64, 3, dtype=torch.bfloat16,
+                                                             device=state.device))
+        pool = types.SimpleNamespace(temporal=state, replayssm_rawv=inputs["rawv_cache"],
+                                     replayssm_rawk=inputs["rawk_cache"], replayssm_g=inputs["g_cache"],
+                                     replayssm_beta=inputs["beta_cache"], conv=[conv], intermediate_conv_window=[window])
+        track = inputs.get("mamba_track_indices"), inputs.get("mamba_steps_to_track")
+        plan = self.commit_plan.CommitPlan(pool, B, track[0] is not None, self.kernels)
+        plan.run(inputs["ssm_state_indices"], inputs["accept_lens"], *track)
 
 
 SUBJECTS = {"sglang": SGLangFold, "overlay": OverlayFold}

@@ -259,7 +259,6 @@ def timing(ceiling: float, quick: bool):
 def variants(ceiling: float):
     """Launch-shape variants of our fold at T=16 (B=8 and B=1, all accepted); the fastest at B=8 is kept
     for the timing table. Same per-thread work in each."""
-    L, K = TARGET["L"], TARGET["K"]
     N = 16
     best = None
     for B in (8, 1):
@@ -274,17 +273,6 @@ def variants(ceiling: float):
             if B == 8 and (best is None or t < best[0]):
                 best = (t, bv, nw)
             save()
-        knorm = torch.empty(L, B, TARGET["H"], N, K, device="cuda")
-
-        def only_knorm(i):
-            gdn_fold.gdn_replayssm_knorm_kernel[(TARGET["H"] * L, B)](
-                rawk=pool.rawk, slots=pool.slot_sets[i], accept_lens=lens, knorm=knorm,
-                rawk_layer_rows=pool.rawk.stride(0) // K, rawk_slot_rows=pool.rawk.stride(1) // K,
-                H=TARGET["H"], K=K, RL=N, USE_QK_L2NORM=True, NULL_ID=-1, FRONT=gdn_fold.lanes_from_front(),
-                TREE_NUMPY=False, num_warps=1, num_stages=1)
-        t = graph_time(only_knorm, 4, 40)
-        RESULTS["variants"].append(dict(N=N, B=B, part="knorm only", us=t * 1e6))
-        log(f"knorm kernel alone N={N} B={B}: {t * 1e6:.1f} us")
         del pool
         torch.cuda.empty_cache()
     _, gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS = best

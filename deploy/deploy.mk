@@ -2,7 +2,8 @@
 #   make deploy        INVENTORY=path   preflight every node, distribute the image, roll out canary-first
 #   make preflight     INVENTORY=path   only the checks (nothing changes)
 #   make rollback      INVENTORY=path   bring back the container each node ran before the last switch
-#   make status        INVENTORY=path   table of what runs where; STATUS_JSON=file also writes JSON
+#   make fleet-status  INVENTORY=path   table of what runs where; STATUS_JSON=file also writes JSON
+#                                       (`make patch-status` is the overlay's patch of .venv's SGLang)
 #   make deploy-smoke  INVENTORY=path   health + smoke gate against every node (nothing changes)
 #   make deploy-lint                    ansible-lint (production profile) + --syntax-check of every playbook
 # Options: LIMIT=host-pattern   SERIAL='[1,"25%"]' (batches; JSON list)   ANSIBLE_ARGS='-e k=v ...'
@@ -21,7 +22,7 @@ rso_playbook = ANSIBLE_CONFIG=$(RSO_DEPLOY_DIR)/ansible.cfg $(ANSIBLE_PLAYBOOK) 
 	$(if $(LIMIT),--limit '$(LIMIT)') $(if $(SERIAL),-e '{"sglang_rollout_serial": $(SERIAL)}') \
 	$(ANSIBLE_ARGS) $(RSO_DEPLOY_DIR)/playbooks/$(1)
 
-.PHONY: deploy preflight rollback status deploy-smoke deploy-lint
+.PHONY: deploy preflight rollback fleet-status deploy-smoke deploy-lint
 deploy: ## roll the overlay image out: preflight, distribute, canary then batches (INVENTORY=...)
 	$(rso_need_inventory)
 	$(call rso_playbook,deploy.yml)
@@ -34,7 +35,7 @@ rollback: ## start each node's previous container again, in batches (INVENTORY=.
 	$(rso_need_inventory)
 	$(call rso_playbook,rollback.yml)
 
-status: ## what each node runs, as a table (INVENTORY=..., STATUS_JSON=file for JSON)
+fleet-status: ## what each node runs, as a table (INVENTORY=..., STATUS_JSON=file for JSON)
 	$(rso_need_inventory)
 	$(call rso_playbook,status.yml) $(if $(STATUS_JSON),-e sglang_status_json=$(abspath $(STATUS_JSON)))
 

@@ -1,12 +1,13 @@
 # Image targets. Included from the top Makefile (`include docker/docker.mk`), or run on their own from
 # the repository root: `make -f docker/docker.mk build`. The work is done by docker/tools/*.py (plain
 # python3, standard library), which refuse bad input (no daemon, unpinned or mismatched digest, unknown
-# base or lane, unreachable registry) with one clear message before any long step starts.
+# release, base or lane, unreachable registry) with one clear message before any long step starts.
 #
-#   make build  [CUDA_LANE=cu130] [KERNELS=build|skip] [KERNEL_MODEL=all|PRESET,...] [IMAGE=name:tag] [ALLOW_DIRTY=1]
+#   make build  [SGLANG_RELEASE=0.5.19] [CUDA_LANE=cu130] [KERNELS=build|skip] [IMAGE=name:tag] [ALLOW_DIRTY=1]
+#               [KERNEL_MODEL=all|PRESET,...] [KERNEL_WINDOW=T,...] [KERNEL_TP=N,...]
 #   make save   [IMAGE=...] [DIST_DIR=build/docker/dist]      make load TARBALL=file.tar.gz
 #   make push   REGISTRY=host[:port][/path] [IMAGE=...]       make image-diff [IMAGE=...]
-#   make pin-base [CUDA_LANE=...] [DIGEST=sha256:...]         make docker-lint
+#   make pin-base [SGLANG_RELEASE=...] [CUDA_LANE=...] [DIGEST=sha256:...]   make pins   make docker-lint
 # Tests only: BASE_STANDIN=true BASE_IMAGE=<local image> builds on a stand-in (labelled as such).
 
 RSO_DOCKER_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
@@ -26,6 +27,8 @@ IMAGE_TAG ?= $(SGLANG_RELEASE)-$(OVERLAY_VERSION)$(if $(filter-out $(RSO_DEFAULT
 IMAGE ?= $(IMAGE_NAME):$(IMAGE_TAG)
 KERNELS ?= build
 KERNEL_MODEL ?= all
+KERNEL_WINDOW ?=
+KERNEL_TP ?=
 BASE_IMAGE ?=
 BASE_DIGEST ?=
 BASE_STANDIN ?= false
@@ -38,11 +41,11 @@ DIGEST ?=
 HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
 export DOCKER_BUILDKIT ?= 0
 
-.PHONY: build save load push image-diff pin-base docker-lint
+.PHONY: build save load push image-diff pin-base pins docker-lint
 
-build: ## build sglang-replayssm:<release>-<overlay> on the digest-pinned base (CUDA_LANE=, KERNELS=build|skip)
-	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/build.py --image $(IMAGE) --lane $(CUDA_LANE) \
-	  --kernels $(KERNELS) --kernel-model $(KERNEL_MODEL) --python $(WHEEL_PYTHON) --base-python $(BASE_PYTHON) \
+build: ## build sglang-replayssm:<release>-<overlay> on the digest-pinned base (SGLANG_RELEASE=, CUDA_LANE=, KERNELS=build|skip)
+	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/build.py --image $(IMAGE) --release "$(SGLANG_RELEASE)" --lane "$(CUDA_LANE)" \
+	  --kernels $(KERNELS) --kernel-model $(KERNEL_MODEL) --kernel-window "$(KERNEL_WINDOW)" --kernel-tp "$(KERNEL_TP)" --python $(WHEEL_PYTHON) --base-python $(BASE_PYTHON) \
 	  --build-dir $(BUILD_DIR) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(if $(BASE_DIGEST),--base-digest $(BASE_DIGEST)) \
 	  $(if $(filter true 1 yes,$(BASE_STANDIN)),--standin) $(if $(filter true 1 yes,$(ALLOW_DIRTY)),--allow-dirty)
 
@@ -58,8 +61,11 @@ push: ## tag IMAGE into REGISTRY=host[:port][/path] and push it; prints the dige
 image-diff: ## what IMAGE changes versus its base: effective diff, manifest, added layers and their size
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/image_diff.py --image $(IMAGE) --python $(BASE_PYTHON)
 
-pin-base: ## resolve the base tag of CUDA_LANE to its registry digest and write it to docker/base.lock
-	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/pin_base.py --lane $(CUDA_LANE) $(if $(DIGEST),--digest $(DIGEST))
+pin-base: ## resolve the base tag of SGLANG_RELEASE/CUDA_LANE to its registry digest, write it to docker/base.lock (prints old and new)
+	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/pin_base.py --release "$(SGLANG_RELEASE)" --lane "$(CUDA_LANE)" $(if $(DIGEST),--digest $(DIGEST))
+
+pins: ## every SGLang release and CUDA lane in docker/base.lock, pinned or not (JSON: PINS_JSON=1)
+	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/pins.py $(if $(PINS_JSON),--json)
 
 docker-lint: ## hadolint docker/Dockerfile
 	$(HADOLINT) $(RSO_DOCKER_DIR)/Dockerfile

@@ -1,4 +1,4 @@
-"""Drive SGLang 0.5.19's real `KVCacheConfigurator._build_hybrid_req_pool` for a set of model/flag cases.
+"""Drive the installed SGLang's (0.5.19 to 0.5.23) real `KVCacheConfigurator._build_hybrid_req_pool` for a set of model/flag cases.
 
 The configurator is the real class, built around real Hugging Face config objects of SGLang's own config
 classes (a tiny Qwen3-Next and Qwen3.5 for hybrid GDN, Kimi-Linear for KDA, Falcon-H1 for a Mamba2 model
@@ -78,9 +78,30 @@ def build_configurator(config):
     fields.update(
         device="cpu",
         model_config=model_config,
-        layer_info=SimpleNamespace(start_layer=0, end_layer=TinyGDN().layers),
+        layer_info=SimpleNamespace(
+            start_layer=0,
+            end_layer=TinyGDN().layers,
+            is_hybrid_swa_mtp_draft=False,  # read by 0.5.21+'s __post_init__
+            swa_attention_layer_ids=[],
+        ),
     )
+    fields.update({name: value for name, value in _later_release_fields().items() if name in fields})
     return KVCacheConfigurator(**fields)
+
+
+def _later_release_fields() -> dict:
+    """Fields that later releases' `KVCacheConfigurator.__post_init__` reads (a target that is not a
+    draft worker, no speculative auxiliary draft, no KV sharding); only those the installed class has
+    are passed."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return {
+        "spec_algorithm": SpeculativeAlgorithm.NONE,
+        "is_draft_worker": False,
+        "spec_aux_config": SimpleNamespace(draft_model_config=None, dflash_draft_num_layers=None),
+        "enable_kv_cache_sharding": False,
+        "use_mla_backend": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -131,7 +152,6 @@ CASES = (
 def probe(case: Case) -> dict:
     """Run `_build_hybrid_req_pool` for the case; report 'accepted' (with the pool's ReplaySSM mode) or
     'refused' (with the error type and message)."""
-    configurator = build_configurator(hf_config(case.model))
     with published(
         case.algorithm,
         replayssm_spec=case.replayssm_spec,
@@ -140,6 +160,7 @@ def probe(case: Case) -> dict:
         speculative_num_draft_tokens=DRAFT_TOKENS,
         speculative_eagle_topk=1,
     ):
+        configurator = build_configurator(hf_config(case.model))  # later releases read the config here
         try:
             with cuda_zeros_to_cpu():
                 pool = configurator._build_hybrid_req_pool(max_num_reqs=4, extra_max_context_len=0)
@@ -151,6 +172,7 @@ def probe(case: Case) -> dict:
         "pool": {
             "replayssm_spec_fold": bool(mamba_pool.replayssm_spec_fold),
             "replayssm_is_kda": bool(getattr(mamba_pool, "replayssm_is_kda", False)),
+            "replayssm_ring": getattr(mamba_pool, "replayssm_cache_base", None) is not None,
         },
     }
 

@@ -5,8 +5,9 @@
 
 `relax_conv_scatter_cuda_guard()`: `fused_conv_window_scatter_with_mask` refuses non-CUDA tensors before
 it launches its (device-agnostic) Triton kernel. The check is found by structure in the installed
-function's source (an `if not (... .is_cuda ...): raise` whose condition also compares devices), the
-`.is_cuda` operands are dropped so only the same-device test remains, and the rebuilt function is bound
+function's source (an `if` on `.is_cuda` whose condition also compares devices, in either of the two
+forms releases 0.5.19 to 0.5.23 use), the device-kind operands are dropped so only the same-device test
+remains, and the rebuilt function is bound
 in place of the module attribute. SGLang's commit wrapper imports the function lazily, so it picks up
 the rebinding. Nothing on disk is modified; the kernel itself is unchanged.
 """
@@ -45,8 +46,23 @@ def _is_cuda_operand(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "is_cuda"
 
 
+def _is_device_kind_test(node: ast.AST) -> bool:
+    """`not (x.is_cuda or x.is_xpu ...)`: the 0.5.21+ form of the device-kind half of the check."""
+    return (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.Not)
+        and isinstance(node.operand, ast.BoolOp)
+        and any(map(_is_cuda_operand, node.operand.values))
+        and all(isinstance(v, ast.Attribute) and v.attr.startswith("is_") for v in node.operand.values)
+    )
+
+
 class _DropIsCuda(ast.NodeTransformer):
-    """Rewrites `if not (a.is_cuda and b.is_cuda and <rest>)` into `if not (<rest>)`; counts rewrites."""
+    """Drops the device-kind half of the CUDA-only check and keeps the same-device half; counts rewrites.
+
+    0.5.19/0.5.20: `if not (a.is_cuda and b.is_cuda and <rest>)` -> `if not (<rest>)`.
+    0.5.21 on:     `if not (a.is_cuda or a.is_xpu) or <rest>` -> `if <rest>`.
+    """
 
     def __init__(self):
         self.rewrites = 0
@@ -64,6 +80,15 @@ class _DropIsCuda(ast.NodeTransformer):
             rest = [value for value in test.operand.values if not _is_cuda_operand(value)]
             if rest:
                 test.operand = rest[0] if len(rest) == 1 else ast.BoolOp(op=ast.And(), values=rest)
+                self.rewrites += 1
+        elif (
+            isinstance(test, ast.BoolOp)
+            and isinstance(test.op, ast.Or)
+            and any(map(_is_device_kind_test, test.values))
+        ):
+            rest = [value for value in test.values if not _is_device_kind_test(value)]
+            if rest:
+                node.test = rest[0] if len(rest) == 1 else ast.BoolOp(op=ast.Or(), values=rest)
                 self.rewrites += 1
         return node
 
@@ -84,7 +109,7 @@ def relax_conv_scatter_cuda_guard() -> None:
     if transformer.rewrites != 1:
         raise RuntimeError(
             f"{CONV_SCATTER_MODULE}.{CONV_SCATTER_NAME}: expected one CUDA-only device check, found "
-            f"{transformer.rewrites}; this harness supports SGLang 0.5.19"
+            f"{transformer.rewrites}; this harness knows the checks of SGLang 0.5.19 to 0.5.23"
         )
     ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, first_line - 1)

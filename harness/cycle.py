@@ -62,12 +62,17 @@ SCENARIOS = (
 def sglang_commit(algorithm: str):
     """The commit method of whichever SGLang this process imported (stock, or a patched copy)."""
     if algorithm == "DFLASH":
+        import inspect
+
         from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 
+        method = DFlashWorkerV2._update_target_mamba_state_after_verify
+        # 0.5.20 on, the method also takes the post-verify lengths (DFLASH passes pre + commit lengths)
+        takes_post = "seq_lens_post_verify" in inspect.signature(method).parameters
+
         def commit(worker, batch, pre, post, commit_lens):
-            DFlashWorkerV2._update_target_mamba_state_after_verify(
-                worker, batch=batch, seq_lens_pre_verify=pre, commit_lens=commit_lens
-            )
+            extra = {"seq_lens_post_verify": post} if takes_post else {}
+            method(worker, batch=batch, seq_lens_pre_verify=pre, commit_lens=commit_lens, **extra)
 
         return commit
     from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2

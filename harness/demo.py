@@ -46,6 +46,8 @@ def _progress(line: str) -> None:
 def _outcome(result: dict) -> str:
     if result["outcome"] == "accepted":
         pool = result["pool"]
+        if pool.get("replayssm_ring"):
+            return "accepted (GDN ring pool)"
         if not pool["replayssm_spec_fold"]:
             return "accepted (ReplaySSM off)"
         return "accepted (KDA fold pool)" if pool["replayssm_is_kda"] else "accepted (GDN fold pool)"
@@ -189,7 +191,17 @@ def main(argv=None) -> int:
         help="K of the embedded model (default 128, the head dim the overlay's own fold kernel covers; "
         "with a smaller K the commit falls back to SGLang's fold and says so)",
     )
+    parser.add_argument(
+        "--release",
+        default=sandbox.SUPPORTED_RELEASE,
+        help="the SGLang release to show it on (default 0.5.19, the venv's; 0.5.20 to 0.5.23 run the "
+        "multi-step ring cycle against that release's MTP commit, see harness/ring_demo.py)",
+    )
     args = parser.parse_args(argv)
+    if args.release != sandbox.SUPPORTED_RELEASE:
+        from harness import ring_demo
+
+        return ring_demo.main(args.release, as_json=args.json, progress=_progress)
     started = time.monotonic()
     try:
         reports = sandbox.stock_and_patched(

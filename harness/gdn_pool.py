@@ -64,8 +64,12 @@ def cache_params(model: TinyGDN):
     )
 
 
-def build_pool(model: TinyGDN, *, slots: int, draft_tokens: int, replayssm_spec: bool = True):
-    """SGLang's own `HybridReqToTokenPool` on the CPU, sized for `slots` requests and mamba slots."""
+def build_pool(
+    model: TinyGDN, *, slots: int, draft_tokens: int, replayssm_spec: bool = True, ring_len: int = 16
+):
+    """SGLang's own `HybridReqToTokenPool` on the CPU, sized for `slots` requests and mamba slots.
+    `ring_len` is `--linear-replayssm-cache-len` (SGLang's default 16): the GDN circular ring's length
+    L on 0.5.20 and later; 0.5.19's raw-window fold ignores it for GDN."""
     from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 
     with cuda_zeros_to_cpu():
@@ -83,4 +87,5 @@ def build_pool(model: TinyGDN, *, slots: int, draft_tokens: int, replayssm_spec:
             speculative_eagle_topk=1,
             enable_overlap_schedule=False,
             enable_linear_replayssm_spec=replayssm_spec,
+            linear_replayssm_cache_len=ring_len,
         )

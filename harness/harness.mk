@@ -1,10 +1,9 @@
-# Make targets for the runtime hooks, the CPU harness and the main job's variants (included from the top
-# Makefile; alone: make -f harness/harness.mk <target>). `make demo` itself lives in the top Makefile.
+# Make targets for the runtime hooks and the CPU harness (included from the top Makefile; alone:
+# make -f harness/harness.mk <target>). `make demo` and `make demo-json` live in the top Makefile,
+# since they depend on `setup`.
 PY ?= .venv/bin/python
 
-.PHONY: demo-json test-hooks
-demo-json: ## main job with the full result as JSON on stdout (progress on stderr)
-	$(PY) -m harness.demo --json
-
+.PHONY: test-hooks
 test-hooks: ## hook, configurator-rule and verify->commit cycle tests on the real SGLang 0.5.19 (1-2 min)
+	@bash scripts/need-venv.sh $(PY) $@
 	$(PY) -m pytest tests/hooks tests/cycle -q

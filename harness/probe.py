@@ -58,6 +58,32 @@ def probe_cycle(progress, seed: int, model) -> list:
     return results
 
 
+def pool_protocol() -> str:
+    """"ring" when the installed SGLang builds a GDN circular-ring ReplaySSM pool (0.5.20 on), "fold"
+    when it builds the raw-window fold pool (0.5.19): asked of a real pool, never of a version string."""
+    from harness.gdn_pool import build_pool
+    from harness.ring import is_ring_pool
+    from harness.ring_cycle import RING_MODEL
+
+    return "ring" if is_ring_pool(build_pool(RING_MODEL, slots=2, draft_tokens=4)) else "fold"
+
+
+def probe_ring_cycle(progress, seed: int, scenarios: str) -> list:
+    """The multi-step ring cycle through the commit methods of the SGLang this process imported; a stock
+    method crashes on the first step, so `scenarios="first"` runs only the first scenario per algorithm."""
+    from harness.cycle import sglang_commit
+    from harness.ring_cycle import RING_SCENARIOS, run_ring_cycle
+
+    chosen = RING_SCENARIOS
+    if scenarios == "first":
+        chosen = [next(s for s in RING_SCENARIOS if s.algorithm == a) for a in ("DFLASH", "DSPARK")]
+    results = []
+    for scenario in chosen:
+        progress(f"ring cycle: {scenario.name} ({scenario.algorithm}, {len(scenario.schedule)} steps)")
+        results.append(run_ring_cycle(scenario, sglang_commit(scenario.algorithm), seed=seed).to_dict())
+    return results
+
+
 def probe_dflash_track_steps() -> dict:
     from harness.cycle import SCENARIOS, dflash_track_steps
 
@@ -75,6 +101,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random states and windows")
     parser.add_argument(
         "--head-k-dim", type=int, default=16, help="K of the embedded tiny GDN model's cycle (default 16)"
+    )
+    parser.add_argument(
+        "--ring-scenarios",
+        choices=("all", "first"),
+        default="all",
+        help="on a circular-ring release (0.5.20 on): every multi-step scenario (default), or only the "
+        "first per algorithm (enough to show a stock crash)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = parser.parse_args(argv)
@@ -94,7 +127,14 @@ def main(argv=None) -> int:
     report = {"sglang": sglang.__file__.rsplit("/", 1)[0]}
     if args.part in ("all", "configurator"):
         report["configurator"] = probe_configurator(progress)
-    if args.part in ("all", "cycle"):
+    report["protocol"] = pool_protocol()
+    if args.part in ("all", "cycle") and report["protocol"] == "ring":
+        from harness.ring_cycle import RING_ERROR_BOUND, RING_MODEL
+
+        report["model"] = RING_MODEL.describe()
+        report["ring_error_bound"] = RING_ERROR_BOUND
+        report["ring_cycle"] = probe_ring_cycle(progress, args.seed, args.ring_scenarios)
+    elif args.part in ("all", "cycle"):
         from harness.gdn_pool import TinyGDN
 
         model = TinyGDN(head_k_dim=args.head_k_dim)

@@ -84,10 +84,11 @@ def _gated_delta_update(
 ):
     """SGLang's fused gated delta-rule update on conv output `conv_out` [T, conv_dim], with the GDN
     layer's fixed settings (L2-normed q/k, softplus 1/20); `mode` selects verify (ring write) or decode."""
-    from sglang.kernels.ops.attention.fla.fused_sigmoid_gating_recurrent import (
-        fused_sigmoid_gating_delta_rule_update,
-    )
+    from harness.gdn_kernels import gdn_kernel_module
 
+    fused_sigmoid_gating_delta_rule_update = gdn_kernel_module(
+        "fused_sigmoid_gating_recurrent"
+    ).fused_sigmoid_gating_delta_rule_update
     q, k, v = _split_qkv(model, conv_out)
     fused_sigmoid_gating_delta_rule_update(
         A_log=w.A_log,
@@ -108,30 +109,36 @@ def _gated_delta_update(
     )
 
 
-def verify_ring_write(model: TinyGDN, pool, weights: list, window: VerifyWindow, slots: torch.Tensor) -> None:
-    """TARGET_VERIFY on every layer for the rows of `slots` (physical mamba slots, -1 = padded row)."""
+def verify_conv(model: TinyGDN, cache, w: LayerWeights, mixed_qkv: torch.Tensor, slots: torch.Tensor):
+    """The verify's conv update of one layer over the dense `[bs, N]` window `mixed_qkv` [bs, N, conv_dim]
+    (writes the conv intermediate windows, indexed by row); returns the conv output [bs*N, conv_dim]."""
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
 
+    bs = mixed_qkv.shape[0]
+    conv_out = causal_conv1d_update(
+        mixed_qkv.transpose(1, 2),  # [bs, conv_dim, N]
+        cache.conv[0],
+        w.conv_weight,
+        None,
+        "silu",
+        conv_state_indices=slots,
+        intermediate_conv_window=cache.intermediate_conv_window[0],
+        intermediate_state_indices=torch.arange(bs, dtype=torch.int32),
+    )
+    return conv_out.transpose(1, 2).reshape(-1, model.conv_dim)
+
+
+def verify_ring_write(model: TinyGDN, pool, weights: list, window: VerifyWindow, slots: torch.Tensor) -> None:
+    """TARGET_VERIFY on every layer for the rows of `slots` (physical mamba slots, -1 = padded row)."""
     bs, draft_tokens = window.mixed_qkv.shape[1:3]
     tokens = bs * draft_tokens
-    rows = torch.arange(bs, dtype=torch.int32)
     cu_seqlens = torch.arange(0, tokens + 1, draft_tokens, dtype=torch.int32)
     for layer, w in enumerate(weights):
         cache = pool.mamba2_layer_cache(layer)
-        conv_out = causal_conv1d_update(
-            window.mixed_qkv[layer].transpose(1, 2),  # [bs, conv_dim, N]
-            cache.conv[0],
-            w.conv_weight,
-            None,
-            "silu",
-            conv_state_indices=slots,
-            intermediate_conv_window=cache.intermediate_conv_window[0],
-            intermediate_state_indices=rows,
-        )
         _gated_delta_update(
             model,
             w,
-            conv_out.transpose(1, 2).reshape(tokens, model.conv_dim),
+            verify_conv(model, cache, w, window.mixed_qkv[layer], slots),
             window.a[layer].reshape(tokens, model.num_v_heads),
             window.b[layer].reshape(tokens, model.num_v_heads),
             state=cache.temporal,

@@ -43,10 +43,13 @@ def installed_sglang() -> pathlib.Path:
 
 
 @contextlib.contextmanager
-def sglang_copy():
-    """A copy of the installed sglang package in a temporary directory (yields the copy's package dir);
-    the directory is deleted when the block ends."""
-    installed = installed_sglang()
+def sglang_copy(release: str = SUPPORTED_RELEASE):
+    """A copy of `release`'s sglang package (0.5.19: the installed one; later releases: see
+    `harness.release_trees`) in a temporary directory (yields the copy's package dir); the directory is
+    deleted when the block ends."""
+    from harness.release_trees import release_tree
+
+    installed = release_tree(release)
     root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
     try:
         target = root / "sglang"
@@ -94,6 +97,7 @@ def run_probe(
     quiet: bool = False,
     fold: str | None = None,
     head_k_dim: int | None = None,
+    ring_scenarios: str | None = None,
 ) -> dict:
     """Run `python -m harness.probe` against the copy at `sglang_dir`; returns its JSON report.
 
@@ -103,6 +107,8 @@ def run_probe(
         command.append("--quiet")
     if head_k_dim is not None:
         command += ["--head-k-dim", str(head_k_dim)]
+    if ring_scenarios is not None:
+        command += ["--ring-scenarios", ring_scenarios]
     completed = subprocess.run(
         command,
         env=probe_env(sglang_dir, fold),
@@ -120,28 +126,39 @@ def run_probe(
 
 
 def stock_and_patched(
-    *, seed: int = 0, progress=None, fold: str | None = None, head_k_dim: int | None = None
+    *,
+    seed: int = 0,
+    progress=None,
+    fold: str | None = None,
+    head_k_dim: int | None = None,
+    release: str = SUPPORTED_RELEASE,
 ) -> dict:
-    """The probe's full report on a pristine copy of the installed SGLang ("stock") and on the same copy
-    after the overlay's patcher applied it ("patched"), with the patcher's report ("patch"). The copy
-    lives in a temporary directory that is deleted before this returns. `progress(line)` (optional)
-    gets a line per step, and the probe's own progress lines go to stderr; without it both are quiet.
-    `fold` (auto, overlay, sglang) sets the overlay's fold choice and `head_k_dim` the cycle model's K
-    in both probes."""
+    """The probe's full report on a pristine copy of `release`'s SGLang (0.5.19: the installed one;
+    later releases: `harness.release_trees`) ("stock") and on the same copy after the overlay's patcher
+    applied it ("patched"), with the patcher's report ("patch"). The copy lives in a temporary directory
+    that is deleted before this returns. `progress(line)` (optional) gets a line per step, and the
+    probe's own progress lines go to stderr; without it both are quiet. `fold` (auto, overlay, sglang)
+    sets the overlay's fold choice and `head_k_dim` the fold cycle model's K in both probes. On a
+    circular-ring release the stock probe runs only the first ring scenario per algorithm (it crashes
+    on its first step), the patched probe every one."""
+    from harness.release_trees import release_tree
+
     say = progress or (lambda line: None)
-    say(f"[1/4] copying SGLang {SUPPORTED_RELEASE} from {installed_sglang()} to a temporary directory")
-    with sglang_copy() as copy:
-        say("[2/4] stock 0.5.19 on the copy: configurator cases and commit cycle (Triton interpreter)")
-        stock = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
+    say(f"[1/4] copying SGLang {release} from {release_tree(release)} to a temporary directory")
+    with sglang_copy(release) as copy:
+        say(f"[2/4] stock {release} on the copy: configurator cases and commit cycle (Triton interpreter)")
+        stock = run_probe(
+            copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim, ring_scenarios="first"
+        )
         say("[3/4] applying the overlay to the copy")
         patch = apply_overlay(copy)
         say(f"      {patch.get('message', 'applied')}")
         say("[4/4] patched copy: configurator cases and commit cycle (Triton interpreter)")
         patched = run_probe(copy, seed=seed, quiet=progress is None, fold=fold, head_k_dim=head_k_dim)
-    return {"stock": stock, "patched": patched, "patch": patch}
+    return {"stock": stock, "patched": patched, "patch": patch, "release": release}
 
 
 @functools.cache
-def stock_and_patched_reports(seed: int = 0) -> dict:
-    """`stock_and_patched` made once per process, quietly (tests in several modules share it)."""
-    return stock_and_patched(seed=seed)
+def stock_and_patched_reports(seed: int = 0, release: str = SUPPORTED_RELEASE) -> dict:
+    """`stock_and_patched` made once per process and release, quietly (tests in several modules share it)."""
+    return stock_and_patched(seed=seed, release=release)

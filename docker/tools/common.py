@@ -18,7 +18,7 @@ from pathlib import Path
 DOCKER_DIR = Path(__file__).resolve().parent.parent
 REPO = DOCKER_DIR.parent
 LOCK = Path(os.environ.get("RSO_BASE_LOCK") or DOCKER_DIR / "base.lock")  # docker.mk exports it
-LOCK_REQUIRED = ("SGLANG_RELEASE", "BASE_REPOSITORY", "CUDA_LANE")
+LOCK_REQUIRED = ("SGLANG_RELEASE", "BASE_REPOSITORY", "CUDA_LANE", "RELEASES")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DOCKER = os.environ.get("DOCKER", "docker")
 
@@ -52,7 +52,7 @@ def read_lock(path: Path = LOCK) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or re.search(r"[\s#]", value):
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", key) or re.search(r"[\s#]", value):
             raise Refusal(f"{path}:{number}: not a KEY=VALUE line (no spaces, no inline comment): {line!r}",
                           "fix the lock file by hand: comments go on lines of their own")
         values[key] = value
@@ -75,25 +75,43 @@ def write_lock_value(key: str, value: str, path: Path = LOCK) -> None:
     os.replace(tmp.name, path)
 
 
-def lane_pin(lock: dict[str, str], lane: str) -> dict[str, str]:
-    """The locked base for one CUDA lane; refuses an unknown lane."""
-    lanes = sorted(k.removeprefix("BASE_TAG_") for k in lock if k.startswith("BASE_TAG_"))
-    if lane not in lanes or f"BASE_DIGEST_{lane}" not in lock:
-        raise Refusal(f"unknown CUDA lane {lane!r}: docker/base.lock pins {', '.join(lanes) or 'none'}",
-                      f"use CUDA_LANE={' or '.join(lanes)}, or add BASE_TAG_{lane}/BASE_DIGEST_{lane}/"
-                      f"DRIVER_FLOOR_{lane} lines and run `make -f docker/docker.mk pin-base CUDA_LANE={lane}`")
-    name = f"{lock['BASE_REPOSITORY']}:{lock[f'BASE_TAG_{lane}']}"
-    return {"name": name, "digest": lock[f"BASE_DIGEST_{lane}"], "lane": lane,
-            "image_id": lock.get(f"BASE_IMAGE_ID_{lane}", "")}
+def _listed(lock: dict[str, str], key: str) -> list[str]:
+    return [item for item in lock.get(key, "").split(",") if item]
+
+
+def pin_base_command(release: str, lane: str) -> str:
+    """The command that records the digest of (release, lane) in the lock."""
+    return f"make pin-base SGLANG_RELEASE={release} CUDA_LANE={lane}"
+
+
+def base_pin(lock: dict[str, str], release: str, lane: str) -> dict[str, str]:
+    """The locked base of one SGLang release and CUDA lane; refuses a release or lane the lock lacks."""
+    releases = _listed(lock, "RELEASES")
+    if release not in releases:
+        raise Refusal(f"unknown SGLang release {release!r}: docker/base.lock pins {', '.join(releases)}",
+                      f"use SGLANG_RELEASE={' or '.join(releases)}; another release needs the overlay ported "
+                      "to it first (overlay/replayssm_overlay/patcher/releases.py) and its lines in docker/base.lock")
+    lanes = _listed(lock, f"LANES_{release}")
+    if lane not in lanes or f"BASE_DIGEST_{release}_{lane}" not in lock or f"BASE_TAG_{release}_{lane}" not in lock:
+        raise Refusal(f"unknown CUDA lane {lane!r} for SGLang {release}: docker/base.lock pins "
+                      f"{', '.join(lanes) or 'none'} (LANES_{release})",
+                      f"use CUDA_LANE={' or '.join(lanes)}, or, if the SGLang project publishes that lane, add it to "
+                      f"LANES_{release} with BASE_TAG_{release}_{lane}/BASE_DIGEST_{release}_{lane}/"
+                      f"BASE_IMAGE_ID_{release}_{lane} lines and DRIVER_FLOOR_{lane}, then run "
+                      f"`{pin_base_command(release, lane)}`")
+    key = f"{release}_{lane}"
+    return {"name": f"{lock['BASE_REPOSITORY']}:{lock[f'BASE_TAG_{key}']}", "digest": lock[f"BASE_DIGEST_{key}"],
+            "release": release, "lane": lane, "key": key, "image_id": lock.get(f"BASE_IMAGE_ID_{key}", "")}
 
 
 def docker(*args: str, check: bool = True, capture: bool = True, timeout: float | None = None,
-           ) -> subprocess.CompletedProcess:
-    """Run the docker client; with `check`, a failure raises Refusal carrying its stderr."""
+           capture_stderr: bool = False) -> subprocess.CompletedProcess:
+    """Run the docker client; with `check`, a failure raises Refusal carrying its stderr. `capture=False`
+    lets the output through to the terminal (progress), `capture_stderr` still keeps stderr for a message."""
     try:
         proc = subprocess.run([DOCKER, *args], text=True, timeout=timeout,
                               stdout=subprocess.PIPE if capture else None,
-                              stderr=subprocess.PIPE if capture else None)
+                              stderr=subprocess.PIPE if capture or capture_stderr else None)
     except FileNotFoundError as err:
         raise Refusal(f"the docker client `{DOCKER}` is not installed", "install docker (docker.io), or set DOCKER=") from err
     except subprocess.TimeoutExpired as err:

@@ -109,7 +109,12 @@ def push(image: str, registry: str) -> str:
     check_registry_reachable(registry.split("/", 1)[0])
     target = f"{registry.rstrip('/')}/{image.split('/')[-1]}"
     docker("tag", image, target)
-    docker("push", target, capture=False)
+    pushed = docker("push", target, check=False, capture=False, capture_stderr=True)
+    if pushed.returncode != 0:
+        docker("image", "rm", target, check=False)  # drop the tag made for the push; the image stays
+        raise Refusal(f"registry {registry} refused the push of {target} (nothing was pushed under that tag): "
+                      f"{(pushed.stderr or '').strip()}",
+                      "check the registry's state (read-only? full? your permissions: `docker login`), then push again")
     digests = docker("image", "inspect", "--format", "{{join .RepoDigests \" \"}}", target).stdout.split()
     pushed = next((d for d in digests if d.startswith(target.rsplit(":", 1)[0] + "@")), "")
     print(f"pushed {target}\n  deploy by digest: {pushed}")

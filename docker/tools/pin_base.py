@@ -1,16 +1,16 @@
-"""`make pin-base`: record the registry digest of the base tag in docker/base.lock.
+"""`make pin-base`: record the registry digest of one release's base tag in docker/base.lock.
 
 Why it exists: the image must be built from an exact, reviewed base, and a tag can move. Run it where the
-registry is reachable; it resolves BASE_REPOSITORY:BASE_TAG_<lane> to its manifest-list digest (what
+registry is reachable; it resolves BASE_REPOSITORY:BASE_TAG_<release>_<lane> to its manifest-list digest (what
 `FROM repo:tag@digest` and `docker pull` use) with `docker buildx imagetools inspect` or `crane
 digest`, whichever works (neither pulls the image), falling back to `docker pull` + the pulled
-image's RepoDigests, and rewrites only that lane's BASE_DIGEST line. With
+image's RepoDigests, rewrites only that pin's BASE_DIGEST line and prints the old and the new digest. With
 `--digest` it records a digest obtained elsewhere (a registry UI, a mirror's manifest), after checking
-its form. It also records the base's image ID (BASE_IMAGE_ID_<lane>) when the base is on this machine,
+its form. It also records the base's image ID (BASE_IMAGE_ID_<release>_<lane>) when the base is on this machine,
 so that a base brought as a tarball (`docker load` drops registry digests) is recognised. Review and
 commit the change; every build refuses the placeholder.
 
-    python3 docker/tools/pin_base.py [--lane L] [--digest sha256:...]
+    python3 docker/tools/pin_base.py [--release R] [--lane L] [--digest sha256:...]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 
-from common import (DIGEST, Refusal, check_registry_reachable, docker, image_id, lane_pin, log, read_lock,
+from common import (DIGEST, Refusal, check_registry_reachable, docker, base_pin, image_id, log, read_lock,
                     registry_host, run_tool, write_lock_value)
 
 
@@ -64,24 +64,26 @@ def resolve_digest(name: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lane")
-    parser.add_argument("--digest", default="")
+    parser.add_argument("--release", help="SGLang release (default: SGLANG_RELEASE of the lock)")
+    parser.add_argument("--lane", help="CUDA lane (default: CUDA_LANE of the lock)")
+    parser.add_argument("--digest", default="", help="record this digest instead of asking the registry")
     args = parser.parse_args()
     lock = read_lock()
-    lane = args.lane or lock["CUDA_LANE"]
-    pin = lane_pin(lock, lane)
+    pin = base_pin(lock, args.release or lock["SGLANG_RELEASE"], args.lane or lock["CUDA_LANE"])
     digest = args.digest or resolve_digest(pin["name"])
     if not DIGEST.match(digest):
         raise Refusal(f"{digest!r} is not a sha256 digest", "a digest looks like sha256:<64 hex digits>")
-    write_lock_value(f"BASE_DIGEST_{lane}", digest)
-    print(f"pinned {pin['name']}@{digest} (was {pin['digest']}) in docker/base.lock; review and commit it")
+    key = pin["key"]
+    write_lock_value(f"BASE_DIGEST_{key}", digest)
+    change = "unchanged" if digest == pin["digest"] else "changed: review and commit docker/base.lock"
+    print(f"pinned {pin['name']} in docker/base.lock ({change})\n  old {pin['digest']}\n  new {digest}")
     local_id = image_id(f"{pin['name']}@{digest}") if not args.digest else None
     if local_id:
-        write_lock_value(f"BASE_IMAGE_ID_{lane}", local_id)
-        print(f"recorded BASE_IMAGE_ID_{lane}={local_id} (recognises the base after `docker load`)")
+        write_lock_value(f"BASE_IMAGE_ID_{key}", local_id)
+        print(f"recorded BASE_IMAGE_ID_{key}={local_id} (recognises the base after `docker load`)")
     else:
-        write_lock_value(f"BASE_IMAGE_ID_{lane}", "")
-        print(f"BASE_IMAGE_ID_{lane} cleared: pull the base and run pin-base again to record it (needed only "
+        write_lock_value(f"BASE_IMAGE_ID_{key}", "")
+        print(f"BASE_IMAGE_ID_{key} cleared: pull the base and run pin-base again to record it (needed only "
               "to build from a base loaded from a tarball)")
     return 0
 

@@ -1,12 +1,15 @@
 """Preflight for every image target: refuse bad input before any long step starts.
 
 Why it exists: a build that pulls 20 GB and then fails on a stale digest wastes an hour. This checks, in
-order and in seconds: a Docker daemon answers; the CUDA lane is in docker/base.lock and its digest is
-pinned (not the placeholder); the base is the locked one (or an explicitly marked local stand-in); the
-base is on this machine with the locked digest, or else the registry answers for it. Only then does it
-pull (the first long step). `resolve_base()` returns what the build passes as arguments.
+order and in seconds: the SGLang release and its CUDA lane are in docker/base.lock and their digest is
+pinned (not the placeholder); the base is the locked one (or an explicitly marked local stand-in); a
+Docker daemon answers; the base is on this machine with the locked digest, or else the registry answers.
+Only then does it pull, by digest (the first long step): the daemon checks the bytes against the digest,
+so a registry that lacks it or serves other bytes stops the build here. `resolve_base()` returns what the
+build passes as arguments.
 
-    python3 docker/tools/preflight.py [--lane L] [--base-image REF] [--base-digest D] [--standin] [--no-pull]
+    python3 docker/tools/preflight.py [--release R] [--lane L] [--base-image REF] [--base-digest D]
+        [--standin] [--no-pull]
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from common import (DIGEST, Refusal, check_registry_reachable, docker, image_id, lane_pin, log, read_lock,
-                    registry_host, run_tool)
+from common import (DIGEST, Refusal, base_pin, check_registry_reachable, docker, image_id, log, pin_base_command,
+                    read_lock, registry_host, run_tool)
 
 
 def check_daemon() -> str:
@@ -46,21 +49,24 @@ def check_release_pin(pin: dict, base_image: str) -> str:
     name, digest = pin["name"], pin["digest"]
     ref = f"{name}@{digest}"
     if base_image and base_image not in (ref, name):
-        raise Refusal(f"unknown base {base_image!r}: docker/base.lock pins {ref} for lane {pin['lane']}",
+        raise Refusal(f"unknown base {base_image!r}: docker/base.lock pins {ref} for SGLang {pin['release']} "
+                      f"lane {pin['lane']}",
                       "build on the locked base (leave BASE_IMAGE unset), pin another digest with "
-                      "`make -f docker/docker.mk pin-base`, or, for tests only, pass BASE_STANDIN=true "
+                      f"`{pin_base_command(pin['release'], pin['lane'])}`, or, for tests only, pass BASE_STANDIN=true "
                       "(the image is then labelled as built on a stand-in)")
     if not DIGEST.match(digest):
-        raise Refusal(f"docker/base.lock has no pinned digest for lane {pin['lane']} "
-                      f"(BASE_DIGEST_{pin['lane']}={digest})",
-                      "run `make -f docker/docker.mk pin-base` where the registry is reachable, or "
-                      "`make -f docker/docker.mk pin-base DIGEST=sha256:...` with the digest your registry shows")
+        command = pin_base_command(pin["release"], pin["lane"])
+        raise Refusal(f"docker/base.lock has no verified digest for SGLang {pin['release']} lane {pin['lane']} "
+                      f"(BASE_DIGEST_{pin['key']}={digest})",
+                      f"run `{command}` where the registry is reachable (or `{command} DIGEST=sha256:...` with the "
+                      "digest your registry shows), review the change to docker/base.lock and commit it")
     return ref
 
 
 def _release(pin: dict, ref: str, pull: bool) -> dict:
     """The pinned base on this machine (by registry digest, or by the locked image ID after a
-    `docker load`, which drops registry digests), or pulled after the registry answered for it."""
+    `docker load`, which drops registry digests), or else pulled by digest once the registry answers (a
+    local image under the same tag with other bytes is never used)."""
     name, digest = pin["name"], pin["digest"]
     if image_id(ref) is not None:
         return {"from": ref, "name": name, "digest": digest, "standin": False}
@@ -68,53 +74,80 @@ def _release(pin: dict, ref: str, pull: bool) -> dict:
     if local_id is not None and local_id == pin.get("image_id"):
         log(f"{name} matches the locked image ID {local_id} (loaded from a tarball: no registry digest)")
         return {"from": name, "name": name, "digest": digest, "standin": False}
-    if local_id is not None:
+    try:
+        check_registry_reachable(registry_host(name))
+    except Refusal:
+        if local_id is None:
+            raise
         local = docker("image", "inspect", "--format", "{{join .RepoDigests \" \"}}", name).stdout.split()
         raise Refusal(f"mismatched digest: the local {name} is {', '.join(local) or 'unpinned (no registry digest)'}"
                       f" with image ID {local_id}; docker/base.lock pins {digest}"
-                      f" (image ID {pin.get('image_id') or 'not recorded'})",
+                      f" (image ID {pin.get('image_id') or 'not recorded'}), and the registry is not reachable",
                       f"get the pinned image (`docker pull {ref}`, or `docker load` its tarball: then the lock "
-                      f"needs BASE_IMAGE_ID_{pin['lane']}, which `pin-base` records), or, if the lock is stale, "
-                      "re-pin with `make -f docker/docker.mk pin-base` and review the change")
-    check_registry_reachable(registry_host(name))
-    probe = docker("manifest", "inspect", ref, check=False, timeout=60)
-    if probe.returncode != 0:
-        raise Refusal(f"the base {ref} is not on this machine and the registry does not answer for it "
-                      f"({(probe.stderr or '').strip()})",
-                      "load the base on this machine (`docker load -i <tarball>`, docker/README.md "
-                      "'Air-gapped sites'), or fix the network or `docker login` to reach the registry")
+                      f"needs BASE_IMAGE_ID_{pin['key']}, which `pin-base` records), or, if the lock is stale, "
+                      f"re-pin with `{pin_base_command(pin['release'], pin['lane'])}` and review the change") from None
     if not pull:
         raise Refusal(f"the base {ref} is not on this machine", f"`docker pull {ref}`")
-    log(f"pulling {ref} (the first long step)")
-    docker("pull", ref, capture=False)
+    log(f"pulling {ref} by digest (the first long step)")
+    pull_by_digest(ref, pin)
     return {"from": ref, "name": name, "digest": digest, "standin": False}
 
 
-def resolve_base(lane: str | None, base_image: str = "", base_digest: str = "", standin: bool = False,
-                 pull: bool = True) -> dict:
+# what the daemon says when a pull by digest fails, and what that means for the pinned base
+PULL_FAILURES = (
+    (("manifest unknown", "not found", "does not exist"),
+     "the registry has no image with the pinned digest {digest} for {repo}",
+     "the lock pins a digest the registry does not hold (mistyped, or deleted there); re-pin with `{pin_base}` "
+     "and review the change, or fix BASE_REPOSITORY"),
+    (("verification failed", "digest did not match", "unexpected digest", "digest mismatch"),
+     "the registry served bytes that do not match the pinned digest {digest}",
+     "do not build on this registry's copy: pull from the upstream registry, or ask its operator"),
+    (("unauthorized", "denied", "authentication required"),
+     "the registry refused access to {repo}",
+     "`docker login` to it, or use a mirror you can read"),
+)
+
+
+def pull_by_digest(ref: str, pin: dict) -> None:
+    """`docker pull repo:tag@digest` (progress on the terminal); a failure becomes one Refusal."""
+    proc = docker("pull", ref, check=False, capture=False, capture_stderr=True)
+    if proc.returncode == 0:
+        return
+    detail = (proc.stderr or "").strip()
+    words = {"digest": pin["digest"], "repo": pin["name"].rsplit(":", 1)[0],
+             "pin_base": pin_base_command(pin["release"], pin["lane"])}
+    for needles, what, fix in PULL_FAILURES:
+        if any(needle in detail.lower() for needle in needles):
+            raise Refusal(f"{what.format(**words)}; nothing was built ({detail})", fix.format(**words))
+    raise Refusal(f"pulling {ref} failed; nothing was built ({detail})",
+                  "check the network, proxy or VPN and `docker login` (docker/README.md, 'Air-gapped sites')")
+
+
+def resolve_base(release: str | None, lane: str | None, base_image: str = "", base_digest: str = "",
+                 standin: bool = False, pull: bool = True) -> dict:
     """Run every check; returns {from, name, digest, standin, lane, release, daemon}."""
     lock = read_lock()
-    lane = lane or lock["CUDA_LANE"]
-    pin = lane_pin(lock, lane)
+    pin = base_pin(lock, release or lock["SGLANG_RELEASE"], lane or lock["CUDA_LANE"])
     if standin and not base_image:
         raise Refusal("BASE_STANDIN=true needs BASE_IMAGE=<a local image>",
                       "pass the stand-in's tag or image ID, e.g. BASE_IMAGE=rso-standin-sglang:0.5.19")
     ref = None if standin else check_release_pin(pin, base_image)
     daemon = check_daemon()
     base = _standin(base_image, base_digest) if standin else _release(pin, ref, pull)
-    base.update(lane=lane, release=lock["SGLANG_RELEASE"], daemon=daemon)
+    base.update(lane=pin["lane"], release=pin["release"], daemon=daemon)
     return base
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--release")
     parser.add_argument("--lane")
     parser.add_argument("--base-image", default="")
     parser.add_argument("--base-digest", default="")
     parser.add_argument("--standin", action="store_true")
     parser.add_argument("--no-pull", action="store_true")
     args = parser.parse_args()
-    base = resolve_base(args.lane, args.base_image, args.base_digest, args.standin, not args.no_pull)
+    base = resolve_base(args.release, args.lane, args.base_image, args.base_digest, args.standin, not args.no_pull)
     kind = "stand-in" if base["standin"] else "release"
     print(f"preflight ok: daemon {base['daemon']}, {kind} base {base['name']} {base['digest']} (lane {base['lane']})")
     return 0

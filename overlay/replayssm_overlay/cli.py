@@ -5,8 +5,10 @@ It composes the parts that do not know each other: `status` is the patcher's rep
 `describe()`, and `apply` records that description in the manifest, so the patcher imports nothing of
 `fold` or `kernels`; the `kernels` group gets its `build` from the ahead-of-time build (`aot.cli`).
 
-Exit codes: 0 ok; 1 a check failed (`verify`); 2 usage error, environment error or refusal (nothing was
-changed). Every subcommand takes `--json` (one JSON object on stdout) and `--sglang-dir`.
+Exit codes: 0 ok; 1 a check failed (`verify`; `revert` that could not restore every file); 2 usage
+error, environment error or refusal (nothing was changed). Every subcommand takes `--json` (one JSON
+object on stdout) and `--sglang-dir`. A refusal (`OverlayError`) or a failed file operation (`OSError`,
+turned into one by `errors.from_os_error`) is one message naming the path and the fix, never a traceback.
 `build_parser()` builds the whole parser so that other command groups can be added to it: a subcommand
 is a subparser whose defaults carry `handler=callable(args) -> exit code`.
 """
@@ -17,30 +19,54 @@ import sys
 import replayssm_overlay
 from replayssm_overlay import fold, patcher
 from replayssm_overlay.aot.cli import add_build
-from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, print_json
-from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
+from replayssm_overlay.errors import OverlayError, from_os_error
 from replayssm_overlay.kernels.cli import register as register_kernels
+from replayssm_overlay.patcher.lock import DEFAULT_TIMEOUT_S
 from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES
 from replayssm_overlay.patcher.target import find_sglang_dir
+
+TOP_EPILOG = """\
+examples:
+  replayssm-overlay status              # what is installed, file by file
+  replayssm-overlay apply --dry-run     # check files and hook points only
+  replayssm-overlay apply && replayssm-overlay verify
+  replayssm-overlay revert --sglang-dir /venv/lib/python3/site-packages/sglang
+
+exit codes: 0 ok, 1 a check failed (verify; revert that could not restore every
+file), 2 usage error, environment error or refusal (nothing changed).
+"""
 
 STATUS_SCHEMA_HELP = """\
 JSON (--json), schema 1:
   schema            1
   sglang_dir        the sglang package directory inspected
-  state             pristine | patched | mixed (some of each) | unknown | missing
-  release           SGLang release the files' hashes identify (null: none or mixed)
-  declared_version  version the installation declares (dist-info or sglang/_version.py), or null
-  unverified        true if a file was patched over an unknown base (apply --allow-unverified)
+  state             pristine | patched | mixed (some of each) | unknown |
+                    missing
+  release           SGLang release the files' hashes identify, or null
+  release_label     the release as messages say it, naming unverified files
+  declared_version  version the installation declares (dist-info or
+                    sglang/_version.py), or null
+  unverified        true if a file was patched over an unknown base
+  unverified_files  the files patched with apply --allow-unverified
+  leftovers         temp files a killed patcher run left (apply, revert
+                    remove them)
+  locked_by         the patcher run holding the lock now ("pid N ..."), or null
   overlay_version   version of this overlay package
   manifest_path     where the manifest is (or would be)
   manifest          the manifest's content, or null
   manifest_problem  why the manifest could not be read, or null
-  kernels           replayssm_overlay.fold.describe(): which fold kernel the commit path uses
-  files[]           one per target file:
-    relpath, path, state (pristine | patched | unknown | missing), sha256 (now, or null),
-    pristine_sha256 (the pristine base, if it can be restored exactly, else null),
-    release (release of the pristine base, or null), unverified, detail (one line for people)
+  kernels           replayssm_overlay.fold.describe(): the fold kernel in use
+  files[]           one per target file: relpath, path, state (pristine |
+                    patched | unknown | missing), sha256 (now, or null),
+                    pristine_sha256 (the base, if it can be restored exactly),
+                    release (of the pristine base, or null), unverified,
+                    detail (one line for people)
 """
+
+
+def _examples(*lines: str) -> str:
+    return "example:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         "located without importing it)",
     )
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of text")
+    locked = argparse.ArgumentParser(add_help=False)
+    locked.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long to wait for another patcher run on the same SGLang to finish before refusing",
+    )
 
     parser = argparse.ArgumentParser(
         prog="replayssm-overlay",
@@ -60,19 +94,27 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(TARGET_FILES)
         + ") that call this package; supported releases: "
         + ", ".join(RELEASES)
-        + ". Exit codes: 0 ok, 1 check failed, 2 usage error or refusal (nothing changed).",
+        + ". `COMMAND --help` says more about each command.",
+        epilog=TOP_EPILOG,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {replayssm_overlay.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     apply = sub.add_parser(
         "apply",
-        parents=[common],
+        parents=[common, locked],
+        formatter_class=HelpFormatter,
+        epilog=_examples(
+            "replayssm-overlay apply --dry-run && replayssm-overlay apply",
+            "replayssm-overlay apply --sglang-dir /venv/lib/python3/site-packages/sglang",
+        ),
         help="patch the three SGLang files (idempotent)",
         description="Check that the three files are the pristine files of a supported release (by sha256) "
         "and that every hook point is where the overlay expects it, then save pristine copies and a "
         "manifest next to the package and write the patched files atomically. Nothing is written unless "
-        "all three files check out. Running it on an already patched installation changes nothing.",
+        "all three files check out. Running it on an already patched installation changes nothing. Temp "
+        "files a killed run left are removed first (and listed).",
     )
     apply.add_argument(
         "--allow-unverified",
@@ -85,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = sub.add_parser(
         "verify",
-        parents=[common],
+        parents=[common, locked],
+        formatter_class=HelpFormatter,
+        epilog=_examples("replayssm-overlay verify || replayssm-overlay status"),
         help="check that the installation is exactly as the overlay patched it (exit 1 if not)",
         description="Exit 0 only if every file is exactly the patched bytes for the recorded release, the "
         "pristine copies are intact and the manifest agrees; otherwise exit 1 and list what is off.",
@@ -99,17 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     revert = sub.add_parser(
         "revert",
-        parents=[common],
+        parents=[common, locked],
+        formatter_class=HelpFormatter,
+        epilog=_examples("replayssm-overlay revert && replayssm-overlay status"),
         help="restore the pristine files and remove the manifest folder (idempotent)",
         description="Restore the exact pristine bytes of every patched file (checked against the release "
         "table or the manifest before writing), then delete the manifest folder. Refuses, changing "
-        "nothing, if a file changed after it was patched.",
+        "nothing, if a file changed after it was patched. A target that is missing or a directory is left "
+        "as it is and named, the other files are restored and the manifest folder is kept (exit 1). Temp "
+        "files a killed run left are removed first (and listed).",
     )
     revert.set_defaults(handler=_revert)
 
     diff = sub.add_parser(
         "diff",
         parents=[common],
+        formatter_class=HelpFormatter,
+        epilog=_examples("replayssm-overlay diff > overlay.diff"),
         help="print the effective unified diff of the installed patch",
         description="Print the unified diff from each file's pristine bytes (the saved copy, else the file "
         "with the overlay's marked lines removed) to the file as it is now. Empty when nothing is patched.",
@@ -121,10 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="show the state of each file, the release, the manifest and the fold kernels",
         description="Show whether each file is pristine, patched, unknown or missing, the release its hashes "
-        "identify, the overlay version, the manifest path and the fold kernels in use. Works without the "
-        "manifest: the state comes from the bytes.",
-        epilog=STATUS_SCHEMA_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "identify, the overlay version, the manifest path and the fold kernels in use, temp files a killed "
+        "run left and a patcher run holding the lock. Works without the manifest: the state comes from the "
+        "bytes.",
+        epilog=_examples("replayssm-overlay status --json") + "\n\n" + STATUS_SCHEMA_HELP,
+        formatter_class=HelpFormatter,
     )
     status.set_defaults(handler=_status)
     register_kernels(sub, add_build)
@@ -140,24 +191,36 @@ def main(argv=None) -> int:
     try:
         return args.handler(args)
     except OverlayError as err:
-        print(f"replayssm-overlay {args.command}: {err}", file=sys.stderr)
-        if getattr(args, "json", False):
-            print_json({"ok": False, "error": err.what, "fix": err.fix})
-        return EXIT_USAGE
+        return _refused(args, err)
+    except OSError as err:  # a file operation no module turned into a refusal: still a message, not a traceback
+        return _refused(args, from_os_error(err, "access"))
+
+
+def _refused(args, err: OverlayError) -> int:
+    print(f"replayssm-overlay {args.command}: {err}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print_json({"ok": False, "error": err.what, "fix": err.fix})
+    return EXIT_USAGE
 
 
 def _apply(args) -> int:
     result = patcher.apply(
-        _target(args), allow_unverified=args.allow_unverified, dry_run=args.dry_run, kernels=fold.describe()
+        _target(args),
+        allow_unverified=args.allow_unverified,
+        dry_run=args.dry_run,
+        kernels=fold.describe(),
+        lock_timeout_s=args.lock_timeout,
     )
     _report(args, result, _file_actions(result))
     return EXIT_OK
 
 
 def _verify(args) -> int:
-    result = patcher.verify(_target(args), allow_unverified=args.allow_unverified)
+    result = patcher.verify(
+        _target(args), allow_unverified=args.allow_unverified, lock_timeout_s=args.lock_timeout
+    )
     if result["ok"]:
-        text = f"OK: patched SGLang {result['release'] or '(unverified)'} at {result['sglang_dir']}"
+        text = f"OK: patched SGLang {result['release_label']} at {result['sglang_dir']}"
     else:
         text = "FAILED:\n" + "\n".join(f"  - {problem}" for problem in result["problems"])
     _report(args, result, text)
@@ -165,9 +228,9 @@ def _verify(args) -> int:
 
 
 def _revert(args) -> int:
-    result = patcher.revert(_target(args))
+    result = patcher.revert(_target(args), lock_timeout_s=args.lock_timeout)
     _report(args, result, _file_actions(result))
-    return EXIT_OK
+    return EXIT_OK if result["complete"] else EXIT_CHECK_FAILED
 
 
 def _diff(args) -> int:
@@ -196,11 +259,15 @@ def _status(args) -> int:
     table = "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
     text = (
         f"sglang:   {result['sglang_dir']} (declares {result['declared_version'] or 'no version'})\n"
-        f"state:    {result['state']}; release by hashes: {result['release'] or 'unknown'}\n"
+        f"state:    {result['state']}; release by hashes: {result['release_label']}\n"
         f"overlay:  {result['overlay_version']}\n"
         f"manifest: {result['manifest_path']}"
         + ("" if result["manifest"] else f" ({result['manifest_problem'] or 'absent'})")
-        + f"\nkernels:  {kernels}\n\n{table}"
+        + f"\nkernels:  {kernels}"
+        + "".join(f"\nleftover: {path} (a temp file of a killed run; apply or revert removes it)"
+                  for path in result["leftovers"])
+        + (f"\nlocked:   a patcher run holds the lock now: {result['locked_by']}" if result["locked_by"] else "")
+        + f"\n\n{table}"
     )
     _report(args, result, text)
     return EXIT_OK

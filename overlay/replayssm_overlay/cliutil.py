@@ -1,23 +1,31 @@
 """The small jobs that both command lines, the patcher and the AOT build do the same way, done once.
 
 `replayssm-overlay` and `replayssm-smoke` share their exit codes and how they print JSON; the patcher,
-the AOT build and the smoke report write files that a reader must see whole or not at all; the patcher
-and the kernel loader hash files. Standard library only and cheap to import: the node-side loader uses
+the AOT build and the smoke report write files that a reader must see whole or not at all (and the
+patcher finds the temp files a killed write left, `temp_files_of`); the patcher and the kernel loader
+hash files; `replayssm-overlay`'s commands format `--help` the same way (`HelpFormatter`). Standard library only and cheap to import: the node-side loader uses
 `sha256_file` on the server's commit path, and the smoke suite imports this without torch or Triton.
 (The stdlib-only host tools in `docker/tools/` and the in-image `docker/scripts/` keep their own.)
 """
 
 from __future__ import annotations
 
+import argparse
+import glob
 import hashlib
 import json
 import os
 import pathlib
+import stat
 import tempfile
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # a check or gate said no (`verify`, `kernels check`, a failed smoke gate)
 EXIT_USAGE = 2  # usage error, environment error or refusal: nothing was changed
+
+#: `atomic_write`'s temp files are `.<name>.<8 random characters>.rso-tmp` beside the file they replace;
+#: a process killed between writing one and renaming it leaves it behind (`temp_files_of` finds them).
+TEMP_SUFFIX = ".rso-tmp"
 
 
 def print_json(payload, *, sort_keys: bool = True, indent: int | None = 2) -> None:
@@ -39,7 +47,7 @@ def atomic_write(path, data: bytes | str) -> None:
         old = path.lstat()
     except FileNotFoundError:
         old = None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".rso-tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -61,6 +69,21 @@ def atomic_write(path, data: bytes | str) -> None:
     _fsync_dir(path.parent)
 
 
+def temp_files_of(path) -> list:
+    """The temp files `atomic_write(path, ...)` runs that were killed left beside `path` (regular files
+    only, sorted)."""
+    path = pathlib.Path(path)
+    pattern = f".{glob.escape(path.name)}.{'?' * 8}{TEMP_SUFFIX}"
+    found = []
+    for candidate in path.parent.glob(pattern):
+        try:
+            if stat.S_ISREG(candidate.lstat().st_mode):
+                found.append(candidate)
+        except FileNotFoundError:
+            continue
+    return sorted(found)
+
+
 def atomic_write_json(path, payload, *, sort_keys: bool = True, indent: int | None = 2) -> None:
     """`atomic_write` of `payload` as JSON with a final newline."""
     atomic_write(path, json.dumps(payload, indent=indent, sort_keys=sort_keys) + "\n")
@@ -77,6 +100,29 @@ def sha256_file(path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` that teaches: descriptions and epilogs are wrapped paragraph by paragraph, but a paragraph
+    with indented lines (examples, tables) is kept as written; an option's help ends in
+    "(default: X)" unless it names its default itself or has none worth showing (a flag that is off, a
+    required option, an option whose default is "not given")."""
+
+    def _fill_text(self, text, width, indent):
+        paragraphs = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line[:1].isspace() for line in lines):
+                paragraphs.append("\n".join(indent + line for line in lines))
+            else:
+                paragraphs.append(super()._fill_text(paragraph, width, indent))
+        return "\n\n".join(paragraphs)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.required or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
 
 
 def _fsync_dir(directory: pathlib.Path) -> None:

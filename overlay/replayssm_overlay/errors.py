@@ -2,7 +2,11 @@
 
 Every refusal says three things: what is wrong, what was expected, and what to do about it. The command
 line prints `str(error)` and exits 2; SGLang's startup shows it as the reason the server did not start.
+`from_os_error` turns a failed file operation (permissions, a folder where a file should be, a read-only
+or full disk) into such a refusal, naming the path, so no command ends in a traceback for it.
 """
+
+import errno
 
 
 class OverlayError(Exception):
@@ -12,3 +16,25 @@ class OverlayError(Exception):
         self.what = what
         self.fix = fix
         super().__init__(f"{what}\n  fix: {fix}" if fix else what)
+
+
+def from_os_error(err: OSError, doing: str, path=None) -> OverlayError:
+    """An OverlayError for `err`, raised while `doing` (e.g. "read", "write the saved pristine copy")
+    `path` (default: the path the error names)."""
+    path = path if path is not None else (err.filename if err.filename is not None else "the file")
+    reason = err.strerror or str(err)
+    fix = _FIXES.get(err.errno, "fix the cause and run the command again")
+    return OverlayError(f"cannot {doing} {path}: {reason}", fix.format(path=path))
+
+
+_FIXES = {
+    errno.EACCES: "run the command as a user who may read and write the SGLang installation (its owner, "
+    "often root), or fix the permissions of {path}",
+    errno.EPERM: "run the command as a user who may read and write the SGLang installation (its owner, "
+    "often root), or fix the permissions of {path}",
+    errno.EISDIR: "{path} is a directory where a file belongs; move it away, then run the command again",
+    errno.ENOTDIR: "a part of {path} is a file where a folder belongs; move it away, then run the command again",
+    errno.EROFS: "the file system holding {path} is read-only; run the command where it is writable "
+    "(e.g. in the image build)",
+    errno.ENOSPC: "free disk space on the file system holding {path}, then run the command again",
+}

@@ -12,28 +12,34 @@ what SGLang's decode recurrence gives token by token over the accepted prefix, a
 rolled back to the last accepted step (SGLang's conv scatter, for the active and the track slots).
 
 Which fold, decided once per process (and logged once):
-- `RSO_FOLD=sglang`: SGLang's own fold.
-- default (`RSO_FOLD` unset or `auto`): the overlay's fold from prebuilt artifacts
+- `RSO_FOLD=sglang`: SGLang's own commit.
+- default (`RSO_FOLD` unset or `auto`): the overlay's commit from prebuilt artifacts
   (`replayssm_overlay.kernels.loader`) when they match this node (Triton version, Python, GPU arch,
-  checksums); otherwise SGLang's fold, which Triton compiles on first use.
-- `RSO_FOLD=overlay`: the overlay's fold, prebuilt when the artifacts match, else compiled by Triton on
+  checksums, kernel sources); otherwise SGLang's commit, which Triton compiles on first use.
+- `RSO_FOLD=overlay`: the overlay's commit, prebuilt when the artifacts match, else compiled by Triton on
   first use (JIT).
-A call whose shapes or arguments the overlay's kernels do not cover (another head dim, a specialization
-that was not prebuilt) runs SGLang's fold instead, and that switch is logged once with its reason.
+The overlay's commit is a `kernels.commit_plan.CommitPlan` per (pool, batch size, track or not): checked
+once, then two launches per call. A call the overlay's kernels do not cover (another head dim, a
+layout, dtype or alignment that no binary was built for) is refused before the state is touched and
+runs SGLang's commit for that call only; each such shape is logged once, counted in `describe()`, and
+written to `$RSO_FALLBACK_DIR/<pid>.json` so that `replayssm-overlay status --json` lists it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 
 ENV_FOLD = "RSO_FOLD"
+ENV_FALLBACK_DIR = "RSO_FALLBACK_DIR"
+DEFAULT_FALLBACK_DIR = "/tmp/replayssm-overlay-fallbacks"
 _MODES = ("auto", "overlay", "sglang")
 
 logger = logging.getLogger("replayssm_overlay.fold")
 _lock = threading.Lock()
-_choice = None  # (kind, reason, prebuilt (knorm, fold) launchers or None), once decided
+_choice = None  # (kind, reason, the checked loader.ArtifactSet or None), once decided
 
 
 def _mode() -> str:
@@ -54,12 +60,12 @@ def _decide():
 
     artifacts, why = loader.open_or_explain()
     if artifacts is not None:
-        from replayssm_overlay.kernels import gdn_fold
+        from replayssm_overlay.kernels import conv_rollback, gdn_fold
 
-        try:
-            pair = (artifacts.kernel(gdn_fold.gdn_replayssm_knorm_kernel),
-                    artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel))
-            return "overlay-prebuilt", f"prebuilt fold kernels from {artifacts.folder}", pair
+        try:  # binaries of both kernels, built from the installed sources (a stale folder is refused here)
+            for fn in (gdn_fold.gdn_replayssm_fold_kernel, conv_rollback.conv_window_rollback_kernel):
+                artifacts.kernel(fn)
+            return "overlay-prebuilt", f"prebuilt commit kernels from {artifacts.folder}", artifacts
         except loader.ArtifactRefused as err:
             why = err.what
     if mode == "overlay":
@@ -77,33 +83,118 @@ def _chosen():
     return _choice
 
 
-def _fall_back(reason: str) -> None:
-    global _choice
+class _Refusal:
+    """A cached "not ours" for one (pool, batch size, track) key: its calls run SGLang's commit."""
+
+    def __init__(self, shape: str, spec_state):
+        self.shape = shape
+        self.spec_state = spec_state  # held, so the id in the key stays this pool's
+
+    def matches(self, spec_state) -> bool:
+        return spec_state is self.spec_state
+
+
+_plans = {}  # (id(spec_state), batch, has_track) -> CommitPlan or _Refusal
+_fallbacks = {}  # shape key -> {"shape", "reason", "calls"}: the calls SGLang's commit ran instead
+MAX_PLANS = 256  # batch sizes x track choice x pools; beyond, the oldest plan is dropped
+
+
+def _kernel_source(kernels):
+    from replayssm_overlay.kernels import launch
+
+    return launch.JitKernels() if kernels is None else launch.PrebuiltKernels(kernels)
+
+
+def fallback_dir() -> str:
+    """Where serving processes list the shapes they ran SGLang's commit for, one file per process, so
+    that `replayssm-overlay status --json` (another process) can show them."""
+    return os.environ.get(ENV_FALLBACK_DIR) or DEFAULT_FALLBACK_DIR
+
+
+def _note_fallback(shape: str, reason: str) -> None:
+    """Count one call of `shape` that SGLang's commit runs; log the first one and record it on disk."""
     with _lock:
-        _choice = ("sglang", reason, None)
-    logger.warning("ReplaySSM GDN fold: switching to SGLang's fold: %s", reason)
+        entry = _fallbacks.get(shape)
+        if entry is None:
+            entry = _fallbacks[shape] = {"shape": shape, "reason": reason, "calls": 0}
+            logger.warning("ReplaySSM GDN fold: SGLang's commit runs the calls of shape %s: %s", shape, reason)
+            _record_fallbacks()
+        entry["calls"] += 1
 
 
-def _overlay_fold(kernels, *, spec_state, state_batch_indices, accept_lens, mamba_track_indices,
-                  mamba_steps_to_track, null_block_id) -> None:
-    from replayssm_overlay.kernels import gdn_fold
+def _record_fallbacks() -> None:
+    """Best effort (a commit never fails over its report): <fallback_dir>/<pid>.json, written atomically."""
+    from replayssm_overlay.cliutil import atomic_write_json
 
-    gdn_fold.fold_all_layers(
-        spec_state.temporal, spec_state.replayssm_rawv, spec_state.replayssm_rawk, spec_state.replayssm_g,
-        spec_state.replayssm_beta, state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track,
-        null_id=null_block_id, kernels=kernels,
-    )
+    folder = fallback_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        atomic_write_json(os.path.join(folder, f"{os.getpid()}.json"),
+                          {"pid": os.getpid(), "shapes": [{"shape": e["shape"], "reason": e["reason"]}
+                                                          for e in _fallbacks.values()]})
+    except OSError as err:
+        logger.warning("ReplaySSM GDN fold: cannot record the fallback shapes in %s: %s", folder, err)
 
 
-def _conv_rollback(spec_state, state_batch_indices, last_correct_step_indices, mamba_track_indices,
-                   mamba_steps_to_track) -> None:
-    from sglang.kernels.ops.mamba.mamba_state_scatter_triton import fused_conv_window_scatter_with_mask
+def recorded_fallbacks() -> list:
+    """The shapes live serving processes recorded (files of processes that are gone are ignored)."""
+    folder = fallback_dir()
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        pid = name.removesuffix(".json")
+        if not (name.endswith(".json") and pid.isdigit() and _alive(int(pid))):
+            continue
+        try:
+            with open(os.path.join(folder, name)) as f:
+                found += [dict(entry, pid=int(pid)) for entry in json.load(f).get("shapes", [])]
+        except (OSError, ValueError, AttributeError):
+            continue  # being replaced, or not ours
+    return found
 
-    track = mamba_track_indices is not None and mamba_steps_to_track is not None
-    for conv, windows in zip(spec_state.conv, spec_state.intermediate_conv_window):
-        fused_conv_window_scatter_with_mask(conv, windows, state_batch_indices, last_correct_step_indices)
-        if track:
-            fused_conv_window_scatter_with_mask(conv, windows, mamba_track_indices, mamba_steps_to_track)
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _plan(key, spec_state, batch, has_track, kernels):
+    """The plan for `key`, made and cached on first use; a _Refusal if the overlay does not cover it."""
+    from replayssm_overlay.kernels import commit_plan, conv_rollback, gdn_fold, loader
+
+    refusals = (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused)
+    with _lock:
+        plan = _plans.get(key)
+        if plan is not None and plan.matches(spec_state):
+            return plan
+        try:
+            plan = commit_plan.CommitPlan(spec_state, batch, has_track, _kernel_source(kernels))
+        except refusals as err:  # raised before anything was launched
+            plan = _Refusal(_shape_key(spec_state, batch, has_track), spec_state)
+            plan.reason = str(err)
+        if len(_plans) >= MAX_PLANS:
+            _plans.pop(next(iter(_plans)))
+        _plans[key] = plan
+        return plan
+
+
+def _shape_key(spec_state, batch, has_track) -> str:
+    from replayssm_overlay.kernels import commit_plan
+
+    try:
+        shape = commit_plan.describe_pool(spec_state)
+    except Exception as err:  # a pool we cannot even describe: its type says enough
+        shape = {"pool": type(spec_state).__name__, "error": type(err).__name__}
+    parts = [f"{k}={v}" for k, v in shape.items() if k != "slots"]
+    return " ".join(parts + [f"B={batch}", f"track={has_track}"])
 
 
 def fold_accepted_prefix(
@@ -111,28 +202,42 @@ def fold_accepted_prefix(
     spec_state,
     state_batch_indices,
     accept_lens,
-    last_correct_step_indices,
+    last_correct_step_indices=None,
     mamba_track_indices=None,
     mamba_steps_to_track=None,
     null_block_id: int = -1,
 ) -> None:
+    """Commit the accepted prefixes (see the module docstring). `last_correct_step_indices` must be
+    `accept_lens - 1` (the contract of SGLang's commit); None: computed here only if SGLang's commit runs
+    (the overlay's conv rollback reads `accept_lens - 1` on the GPU)."""
     kind, _reason, kernels = _chosen()
+    has_track = mamba_track_indices is not None and mamba_steps_to_track is not None
     if kind != "sglang":
-        from replayssm_overlay.kernels import gdn_fold, loader
-
-        refusals = (gdn_fold.FoldShapeNotSupported, loader.ArtifactRefused)
-        try:
-            _overlay_fold(kernels, spec_state=spec_state, state_batch_indices=state_batch_indices,
-                          accept_lens=accept_lens, mamba_track_indices=mamba_track_indices,
-                          mamba_steps_to_track=mamba_steps_to_track, null_block_id=null_block_id)
-        except refusals as err:  # raised before the state is touched
-            _fall_back(f"the overlay's fold does not cover this call: {err}")
-        else:
-            _conv_rollback(spec_state, state_batch_indices, last_correct_step_indices, mamba_track_indices,
-                           mamba_steps_to_track)
+        batch = len(state_batch_indices)
+        if batch == 0:
             return
+        key = (id(spec_state), batch, has_track)
+        plan = _plans.get(key)
+        if plan is None or not plan.matches(spec_state):
+            plan = _plan(key, spec_state, batch, has_track, kernels)
+        if null_block_id != -1:
+            _note_fallback(_shape_key(spec_state, batch, has_track),
+                           f"null block id {null_block_id} (the kernels are built for -1)")
+        elif isinstance(plan, _Refusal):
+            _note_fallback(plan.shape, plan.reason)
+        else:
+            plan.run(state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track)
+            return
+    _sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
+                   mamba_steps_to_track, null_block_id)
+
+
+def _sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
+                   mamba_steps_to_track, null_block_id) -> None:
     from sglang.kernels.ops.attention.fla.gdn_replayssm_spec_fold import commit_gdn_replayssm_fold_after_verify
 
+    if last_correct_step_indices is None:
+        last_correct_step_indices = accept_lens.to(dtype=state_batch_indices.dtype) - 1
     commit_gdn_replayssm_fold_after_verify(
         spec_state=spec_state,
         state_batch_indices=state_batch_indices,
@@ -144,12 +249,24 @@ def fold_accepted_prefix(
     )
 
 
+def fallbacks() -> list:
+    """The shapes whose calls ran SGLang's commit instead of the overlay's, with the reason and count."""
+    with _lock:
+        return [dict(entry) for entry in _fallbacks.values()]
+
+
 def describe() -> dict:
     """Which fold the commit path uses on this node, and why. Cheap (imports no torch or triton): once a
     commit has run it reports that decision; before, what the settings and artifact folder point to
-    (the node checks -- Triton version, GPU arch, checksums -- run at the first commit)."""
+    (the node checks -- Triton version, GPU arch, checksums -- run at the first commit). `fallbacks`: the
+    shapes this process ran SGLang's commit for; `fallbacks_recorded`: those of every live serving
+    process on this node (`fallback_dir()`), which is what `status --json` shows."""
+    return {**_describe_choice(), "fallbacks_recorded": recorded_fallbacks()}
+
+
+def _describe_choice() -> dict:
     if _choice is not None:
-        return {"fold": _choice[0], "reason": _choice[1], "decided": True}
+        return {"fold": _choice[0], "reason": _choice[1], "decided": True, "fallbacks": fallbacks()}
     try:
         mode = _mode()
     except Exception as err:  # an invalid RSO_FOLD: the first commit would refuse with this

@@ -2,18 +2,18 @@
 
 The profile is picked by glob on the served model's path/name (first match wins) and, optionally, the
 speculative algorithm. A user file that sets thresholds for a class with no prompts is an error: a gate
-that silently checks nothing must not read as a pass.
+that silently checks nothing must not read as a pass. PyYAML is imported when a file is read, not with
+the module, so `replayssm-smoke --help` works without it and a run without it is a clear exit 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-
-import yaml
 
 from .errors import SmokeEnvironmentError
 
@@ -81,6 +81,13 @@ def _profile(source: str, index: int, raw) -> Profile:
 
 def load_profiles(path: str | None) -> tuple[str, list[Profile]]:
     source = path or BUILTIN
+    try:
+        import yaml
+    except ImportError:
+        raise SmokeEnvironmentError(
+            f"PyYAML is not installed in this Python ({sys.executable}); replayssm-smoke needs it to read {source}",
+            f"{sys.executable} -m pip install 'PyYAML>=5.1' (a dependency of sglang-replayssm-overlay; "
+            "installing the wheel without --no-deps brings it)") from None
     try:
         if path is None:
             text = resources.files(__package__).joinpath("data", "thresholds.yaml").read_text(encoding="utf-8")

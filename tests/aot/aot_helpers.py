@@ -28,10 +28,3 @@ def cli(*argv, timeout=300) -> subprocess.CompletedProcess:
     """`python -m replayssm_overlay ARGV` in a child process."""
     return subprocess.run([sys.executable, "-m", "replayssm_overlay", *argv], capture_output=True,
                           text=True, env=child_env(), timeout=timeout)
-
-
-def overlay_fold_compiled():
-    """A compiled copy of the overlay's gdn_fold module (the imported one may be the interpreter's)."""
-    from benchmarks.aot_sglang_fold import load_compiled
-
-    return load_compiled(ROOT / "overlay/replayssm_overlay/kernels/gdn_fold.py", "rso_gdn_fold_compiled")

@@ -39,7 +39,7 @@ def fold_module():
 
 @pytest.fixture(scope="session")
 def built_overlay(tmp_path_factory):
-    """The overlay's own fold (kernels/gdn_fold.py, default provider): one shape, window 16 (3 binaries)."""
+    """The overlay's own commit kernel (kernels/gdn_fold.py, default provider): one shape, window 16 (6 binaries)."""
     out = tmp_path_factory.mktemp("aot-overlay") / "artifacts"
     args = build_args(out)
     del args[args.index("--provider") : args.index("--provider") + 2]

@@ -222,29 +222,6 @@ def test_launcher_gets_the_signature_in_argument_order(built):
     assert list(source.signature.values())[:2] == ["*fp32", "*bf16"]
 
 
-def test_overlay_fold_launches_its_prebuilt_pair(built_overlay, monkeypatch):
-    """The overlay's `fold_all_layers(kernels=(knorm, fold))` with the loader's kernels: each launch finds
-    its binary (runtime int32 strides, any slot count), and a window that was not built is refused."""
-    from tests.aot.aot_helpers import overlay_fold_compiled
-
-    gdn_fold = overlay_fold_compiled()
-    artifacts = loader.ArtifactSet.open(built_overlay, facts())
-    pair = (artifacts.kernel(gdn_fold.gdn_replayssm_knorm_kernel), artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel))
-    recorders = {}
-    monkeypatch.setattr(loader._Binary, "compiled", lambda b: recorders.setdefault(b.spec["id"], _Recorder(b)))
-    for slots in (8, 3):
-        pool = _meta_pool(slots=slots)
-        gdn_fold.fold_all_layers(pool["checkpoint_state"], pool["rawv_cache"], pool["rawk_cache"], pool["g_cache"],
-                                 pool["beta_cache"], pool["ssm_state_indices"], pool["accept_lens"], kernels=pair,
-                                 tree_numpy=False)
-    assert sorted(len(r.calls) for r in recorders.values()) == [2, 2]  # knorm, fold without track
-    pool = _meta_pool(window=8)
-    with pytest.raises(loader.ArtifactRefused, match="no prebuilt gdn_replayssm_knorm_kernel"):
-        gdn_fold.fold_all_layers(pool["checkpoint_state"], pool["rawv_cache"], pool["rawk_cache"], pool["g_cache"],
-                                 pool["beta_cache"], pool["ssm_state_indices"], pool["accept_lens"], kernels=pair,
-                                 tree_numpy=False)
-
-
 class _Tripwire:
     def __getattr__(self, name):
         raise AssertionError(f"triton.runtime.driver.active.{name} touched outside prebuilt_modules")

@@ -7,7 +7,8 @@ own `sshd` (key-only root login) and its own `dockerd` (`tests.infra.dockerd`, s
 node's namespace, so a `--network host` container listens on the node's address), and
 `ansible-playbook` runs inside the controller namespace. The nodes share the filesystem and hostname,
 so everything per node (docker socket, state dir, model dir, fake `nvidia-smi`) lives in its own
-folder and is passed as inventory variables.
+folder and is passed as inventory variables. The controller's bridge address, port REGISTRY_PORT, is
+where the registry-mode tests run their registry: every node's daemon may pull from it over HTTP.
 
 Everything started here is stopped by PID and every namespace deleted by `Fleet.stop()`, which also
 runs when `start_fleet` fails half-way. Nothing here ships; it lives under tests/.
@@ -30,6 +31,7 @@ from tests.infra.dockerd import Dockerd, start_dockerd
 
 SSHD = "/usr/sbin/sshd"
 SSH_READY_TIMEOUT_S = 20.0
+REGISTRY_PORT = 5000  # the test registry's port on the controller's bridge address (registry-mode tests)
 H100 = "NVIDIA H100 80GB HBM3, 9.0, 580.65.06"
 H200 = "NVIDIA H200, 9.0, 580.159.04"  # what the project's H200 device printed (2026-11-30)
 A100 = "NVIDIA A100-SXM4-80GB, 8.0, 580.65.06"
@@ -120,6 +122,7 @@ class Fleet:
     root: Path
     tag: str
     controller_ns: str
+    controller_address: str
     nodes: list[Node] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     made_run_sshd: bool = False
@@ -153,7 +156,7 @@ def start_fleet(root: Path, count: int = 3) -> Fleet:
     """Create the controller namespace and `count` nodes, each with sshd and dockerd; wait until SSH answers."""
     tag = uuid.uuid4().hex[:6]
     subnet = f"10.{200 + int(tag[:2], 16) % 50}.{int(tag[2:4], 16)}"
-    fleet = Fleet(root=Path(root), tag=tag, controller_ns=f"rso-{tag}-ctl")
+    fleet = Fleet(root=Path(root), tag=tag, controller_ns=f"rso-{tag}-ctl", controller_address=f"{subnet}.1")
     fleet.root.mkdir(parents=True, exist_ok=True)
     try:
         _make_controller(fleet, f"{subnet}.1/24")
@@ -231,7 +234,8 @@ def _make_node(fleet: Fleet, node: Node, index: int) -> None:
                                      start_new_session=True)
     finally:
         log.close()
-    node.dockerd = start_dockerd(node.root / "docker", netns=ns)
+    node.dockerd = start_dockerd(node.root / "docker", netns=ns,
+                                 insecure_registries=(f"{fleet.controller_address}:{REGISTRY_PORT}",))
 
 
 def _wait_for_ssh(fleet: Fleet, node: Node) -> None:

@@ -86,6 +86,8 @@ BAD = {
     "unknown CUDA lane": ({"sglang_image_cuda_lane": "cu999"}, "unknown sglang_image_cuda_lane 'cu999'"),
     "misspelled variable": ({"sglang_tp_sise": 4, "sglang_health_retries": 3},
                             "unknown variable(s) sglang_tp_sise (did you mean sglang_tp_size?)"),
+    "registry mode through an ssh docker host": ({"sglang_docker_host": "ssh://gpu01"},
+                                                 "needs a unix:// socket or a plain tcp:// address"),
 }
 
 
@@ -199,7 +201,7 @@ def test_unknown_variables_are_named_with_a_suggestion():
         f.sglang_unknown_variables(names, REPO / "docker")
 
 
-@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "status", "deploy-smoke"])
+@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "fleet-status", "deploy-smoke"])
 def test_make_targets_need_an_inventory(target):
     proc = subprocess.run(["make", "-f", "deploy/deploy.mk", target], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2

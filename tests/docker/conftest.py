@@ -2,8 +2,10 @@
 
 The daemon is started by `tests.infra.dockerd` with its data under pytest's temporary directory, and
 stopped by its PID (its directories removed) when the session ends. The stand-in base (Debian + the real
-SGLang 0.5.19 wheel, `tests/docker/standin.py`) is built once per session, and the overlay image is built
-on it once, through the real `make -f docker/docker.mk build`, for every test that inspects it.
+SGLang 0.5.19 wheel + gcc, Python headers and the real Triton 3.7.1, `tests/docker/standin.py`) is built
+once per session, and the overlay image is built on it once, through the real `make -f docker/docker.mk
+build` with `KERNELS=build` (one small specialization set, `KERNEL_BUILD`), for every test that inspects
+it. A real local registry (`tests.infra.registry`) serves the registry tests.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ from tests.docker import standin
 from tests.docker.helpers import REPO, BuiltImage, make
 from tests.docker.helpers import overlay_version as read_overlay_version
 from tests.infra.dockerd import Dockerd, start_dockerd
+from tests.infra.registry import Registry, start_registry
+
+#: the kernels the image tests build: one preset, one window, one TP size (3 specializations, ~10 s);
+#: the released image builds every preset, window and TP size (KERNEL_MODEL=all, the defaults)
+KERNEL_BUILD = ("KERNEL_MODEL=qwen3.5-35b-a3b", "KERNEL_WINDOW=16", "KERNEL_TP=8")
 
 
 @pytest.fixture(scope="session")
@@ -45,14 +52,14 @@ UNTRACKED_SECRET = REPO / "overlay" / "replayssm_overlay" / "_local_settings.py"
 
 @pytest.fixture(scope="session")
 def built_image(dockerd, standin_base, overlay_version, tmp_path_factory) -> BuiltImage:
-    """The overlay image built by `make build` on the stand-in (kernels skipped: no Triton there), with an
+    """The overlay image built by `make build` on the stand-in, its kernels compiled ahead of time, with an
     untracked secret in the checkout; ALLOW_DIRTY=1 so a checkout with uncommitted work builds too."""
     build_dir = tmp_path_factory.mktemp("docker-build")
     assert not UNTRACKED_SECRET.exists(), f"{UNTRACKED_SECRET} exists; the test would delete it"
     UNTRACKED_SECRET.write_text("API_TOKEN = 'rso-test-untracked-token'\n")
     try:
-        proc = make(dockerd, "build", "BASE_STANDIN=true", f"BASE_IMAGE={standin_base}", "KERNELS=skip",
-                    f"BUILD_DIR={build_dir}", "ALLOW_DIRTY=1")
+        proc = make(dockerd, "build", "BASE_STANDIN=true", f"BASE_IMAGE={standin_base}", "KERNELS=build",
+                    *KERNEL_BUILD, f"BUILD_DIR={build_dir}", "ALLOW_DIRTY=1")
     finally:
         UNTRACKED_SECRET.unlink()
     assert proc.returncode == 0, proc.stdout[-6000:]
@@ -60,3 +67,13 @@ def built_image(dockerd, standin_base, overlay_version, tmp_path_factory) -> Bui
     ids = {r: dockerd.docker("image", "inspect", "--format", "{{.Id}}", r).stdout.strip()
            for r in (ref, standin_base)}
     return BuiltImage(ref=ref, id=ids[ref], base=standin_base, base_id=ids[standin_base], log=proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory) -> Registry:
+    """A real registry (Debian's docker-registry) on a free loopback port; `.address` is host:port."""
+    served = start_registry(tmp_path_factory.mktemp("registry"))
+    try:
+        yield served
+    finally:
+        served.stop()

@@ -4,15 +4,19 @@ A stand-in is Debian bookworm (debootstrap, minbase + python3 + pip: Python 3.11
 wheels need) with the REAL SGLang wheel from PyPI installed `--no-deps` the way the released
 `lmsysorg/sglang` image has it: the package under `/sgl-workspace/sglang/python/sglang` (an editable-style
 install: a `.pth` puts `/sgl-workspace/sglang/python` on the path, the wheel's dist-info sits in
-site-packages with a `direct_url.json` that says editable). It has no torch, no Triton, no CUDA: enough
-for the overlay's patcher and CLI, which never import SGLang.
+site-packages with a `direct_url.json` that says editable). It has no torch and no CUDA: enough for the
+overlay's patcher and CLI, which never import SGLang. With `toolchain=True` it also has what the real
+image has and the image's `kernels` stage needs: gcc and the Python headers (Debian packages) and the real
+Triton 3.7.1 wheel from PyPI (installed unmodified into site-packages), so `KERNELS=build` compiles the
+fold kernels for sm_90 exactly as it does on the released image.
 
 One `docker import` of one tarball (the debootstrap rootfs with the SGLang layout appended) with a
 non-default ENTRYPOINT/CMD/WORKDIR/ENV (so a test can check that the overlay image keeps them).
 
 Everything slow is cached under `<repo>/.cache/docker-standin/`, keyed by its inputs: the rootfs tarball
 (debootstrap version, mirror, suite, packages), the downloaded wheels (by version) and the stand-in
-tarball per SGLang release. A rerun only imports the tarball (about 10 s).
+tarball per SGLang release and toolchain choice. A rerun only imports the tarball (about 10 s; 30 s
+with the toolchain).
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "docker-standin"
 SUITE = "bookworm"
 PACKAGES = ("python3", "python3-pip")
+#: what the kernels stage needs besides Python (Triton compiles its launcher with gcc against Python.h)
+TOOLCHAIN_PACKAGES = ("gcc", "libc6-dev", "python3-dev")
+TRITON_VERSION = "3.7.1"  # what lmsysorg/sglang:v0.5.19 ships
 PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"  # where Debian's python3 looks for pip-installed code
 SGLANG_PROJECT = "sgl-workspace/sglang/python"  # the editable project dir of the released image
 LAYOUT_MTIME = 1_700_000_000  # fixed, so the cached tarball does not depend on when it was made
@@ -78,12 +85,12 @@ def _log(msg: str) -> None:
     print(f"[standin] {msg}", file=sys.stderr, flush=True)
 
 
-def rootfs_tarball() -> Path:
+def rootfs_tarball(packages: tuple[str, ...] = PACKAGES) -> Path:
     """The debootstrap rootfs as a tarball, built once per input set (about 40 s) and cached."""
     mirror = apt_mirror()
     version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True,
                              text=True).stdout.strip()
-    tarball = CACHE / f"rootfs-{SUITE}-{_key(version, mirror, SUITE, PACKAGES, 'minbase')}.tar"
+    tarball = CACHE / f"rootfs-{SUITE}-{_key(version, mirror, SUITE, packages, 'minbase')}.tar"
     if tarball.exists():
         return tarball
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -91,7 +98,7 @@ def rootfs_tarball() -> Path:
     try:
         rootfs = work / "rootfs"
         _log(f"debootstrap {SUITE} from {mirror} (about 40 s, cached afterwards)")
-        proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+        proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE,
                                str(rootfs), mirror], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"debootstrap {SUITE} from {mirror} failed (exit {proc.returncode}); needs root, "
@@ -110,21 +117,39 @@ def rootfs_tarball() -> Path:
     return tarball
 
 
-def sglang_wheel(version: str) -> Path:
-    """The real `sglang==version` wheel from PyPI (`pip download --no-deps`), cached."""
-    target = CACHE / "wheels" / version
-    found = sorted(target.glob(f"sglang-{version}-*.whl"))
+def pypi_wheel(project: str, version: str) -> Path:
+    """The real `project==version` wheel from PyPI for this machine's Python (`pip download --no-deps`),
+    cached. The stand-in's Debian Python is 3.11, like the test environment's."""
+    target = CACHE / "wheels" / (version if project == "sglang" else f"{project}-{version}")
+    found = sorted(target.glob(f"{project}-{version}-*.whl"))
     if found:
         return found[0]
     target.mkdir(parents=True, exist_ok=True)
-    _log(f"pip download sglang=={version}")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}",
+    _log(f"pip download {project}=={version}")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{project}=={version}",
                     "-d", str(target)], check=True)
-    return sorted(target.glob(f"sglang-{version}-*.whl"))[0]
+    return sorted(target.glob(f"{project}-{version}-*.whl"))[0]
+
+
+def sglang_wheel(version: str) -> Path:
+    return pypi_wheel("sglang", version)
+
+
+def _installed(wheel: Path) -> dict[str, tuple[bytes, int]]:
+    """The files `pip install --no-deps` puts into site-packages for `wheel`: path -> (bytes, mode)."""
+    with tempfile.TemporaryDirectory(prefix="wheel-install-") as target:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                        "--disable-pip-version-check", "--target", target, str(wheel)], check=True)
+        files = {}
+        for path in sorted(Path(target).rglob("*")):
+            rel = path.relative_to(target)
+            if path.is_file() and not path.is_symlink() and rel.parts[0] != "bin":  # console scripts: unused
+                files[f"{PYTHON_SITE}/{rel}"] = (path.read_bytes(), path.stat().st_mode & 0o777)
+        return files
 
 
 def _layout(wheel: Path) -> dict[str, bytes]:
-    """The files of `wheel` in the released image's layout (see the module docstring): path -> bytes."""
+    """The files of the SGLang `wheel` in the released image's layout (the module docstring): path -> bytes."""
     files = {}
     with zipfile.ZipFile(wheel) as zf:
         dist_info = next(n.split("/")[0] for n in zf.namelist() if n.split("/")[0].endswith(".dist-info"))
@@ -143,12 +168,15 @@ def _layout(wheel: Path) -> dict[str, bytes]:
     return files
 
 
-def standin_tarball(sglang_version: str) -> Path:
-    """The rootfs tarball plus the SGLang layout (one tarball, so `docker import` makes the image in one
-    step; a build step per config line would copy the whole rootfs each time under `vfs`), cached."""
-    rootfs = rootfs_tarball()
+def standin_tarball(sglang_version: str, toolchain: bool = True) -> Path:
+    """The rootfs tarball plus the SGLang layout (and, with `toolchain`, Triton in site-packages): one
+    tarball, so `docker import` makes the image in one step (a build step per config line would copy the
+    whole rootfs each time under `vfs`), cached."""
+    rootfs = rootfs_tarball(PACKAGES + TOOLCHAIN_PACKAGES if toolchain else PACKAGES)
     wheel = sglang_wheel(sglang_version)
-    tarball = CACHE / f"standin-sglang-{sglang_version}-{_key(rootfs.name, wheel.name, wheel.stat().st_size)}.tar"
+    triton = pypi_wheel("triton", TRITON_VERSION) if toolchain else None
+    inputs = (rootfs.name, wheel.name, wheel.stat().st_size, triton.name if triton else None)
+    tarball = CACHE / f"standin-sglang-{sglang_version}{'-toolchain' if toolchain else ''}-{_key(*inputs)}.tar"
     if tarball.exists():
         return tarball
     handle, name = tempfile.mkstemp(prefix=".standin-", suffix=".tar", dir=CACHE)
@@ -156,7 +184,9 @@ def standin_tarball(sglang_version: str) -> Path:
     partial = Path(name)
     try:
         shutil.copyfile(rootfs, partial)
-        files = _layout(wheel)
+        files = {path: (data, 0o644) for path, data in _layout(wheel).items()}
+        if triton:
+            files.update(_installed(triton))
         dirs = sorted({str(Path(path).parents[i]) for path in files for i in range(len(Path(path).parents) - 1)})
         with tarfile.open(partial, "a") as tar:
             present = set(tar.getnames())  # the tar format allows duplicates; `docker import` does not
@@ -164,9 +194,9 @@ def standin_tarball(sglang_version: str) -> Path:
                 info = tarfile.TarInfo(f"./{directory}")
                 info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, LAYOUT_MTIME
                 tar.addfile(info)
-            for path, data in sorted(files.items()):
+            for path, (data, mode) in sorted(files.items()):
                 info = tarfile.TarInfo(f"./{path}")
-                info.size, info.mode, info.mtime = len(data), 0o644, LAYOUT_MTIME
+                info.size, info.mode, info.mtime = len(data), mode, LAYOUT_MTIME
                 tar.addfile(info, io.BytesIO(data))
         partial.chmod(0o644)
         partial.rename(tarball)
@@ -175,10 +205,12 @@ def standin_tarball(sglang_version: str) -> Path:
     return tarball
 
 
-def build_standin(daemon: Dockerd, sglang_version: str = "0.5.19", tag: str | None = None) -> str:
-    """Import the stand-in base with the real `sglang==sglang_version` wheel; returns its image ID."""
+def build_standin(daemon: Dockerd, sglang_version: str = "0.5.19", tag: str | None = None,
+                  toolchain: bool = True) -> str:
+    """Import the stand-in base with the real `sglang==sglang_version` wheel (and the kernels toolchain);
+    returns its image ID."""
     tag = tag or f"rso-standin-sglang:{sglang_version}"
-    tarball = standin_tarball(sglang_version)
+    tarball = standin_tarball(sglang_version, toolchain)
     changes = [
         "ENV " + " ".join(f"{k}={v}" for k, v in STANDIN_CONFIG["Env"].items()),
         f"WORKDIR {STANDIN_CONFIG['WorkingDir']}",

@@ -94,7 +94,7 @@ def test_labels_describe_base_overlay_and_patched_files(dockerd, built_image, ov
     assert labels["org.replayssm.base.standin"] == "true"
     assert labels["org.replayssm.overlay.version"] == overlay_version
     assert labels["org.replayssm.sglang.release"] == "0.5.19"
-    assert labels["org.replayssm.kernels"] == "skip"
+    assert labels["org.replayssm.kernels"] == "build"
     status = json.loads(run_in(dockerd, built_image.ref, "python3", "-m", "replayssm_overlay", "status", "--json").stdout)
     patched = dict(item.split("=") for item in labels["org.replayssm.overlay.patched-files"].split(","))
     assert patched == {f["relpath"]: f["sha256"] for f in status["files"]}
@@ -108,7 +108,7 @@ def test_manifest_at_its_fixed_path(dockerd, built_image, overlay_version):
     assert manifest["image"]["base_digest"] == built_image.base_id
     assert manifest["overlay"]["state"] == "patched"
     assert manifest["overlay"]["manifest"]["files"]  # the patcher's own record, embedded
-    assert manifest["kernels"]["status"] == "skipped"
+    assert manifest["kernels"]["status"] == "built"
     assert manifest["base_check"]["sglang"]["package_dir"] == SGLANG_DIR
     assert manifest["base_check"]["sglang"]["declared"] == {"distribution": "0.5.19", "source": "0.5.19"}
     assert set(manifest["base_check"]["pristine"]) == set(TARGETS)
@@ -134,16 +134,37 @@ def test_image_diff_shows_the_effective_diff_and_small_added_layers(dockerd, bui
     assert float(added.group(2)) < 50.0
 
 
-def test_kernel_stage_records_a_skip_and_refuses_to_build_without_triton(dockerd, built_image):
-    """The stand-in has no Triton: the image records the skip, and the stage script run with
-    `--mode build` in it fails with the message that names KERNELS=skip; a wrong mode is a usage error."""
+def test_image_holds_prebuilt_kernels_that_kernels_check_accepts_for_sm90(dockerd, built_image):
+    """KERNELS=build ran the kernels stage as on the real image (its gcc, Python headers and Triton
+    3.7.1): the loader's default folder holds the binaries, and the overlay's own check accepts them for
+    sm_90 under the image's Triton (no GPU here: --arch 90)."""
     stage = json.loads(run_in(dockerd, built_image.ref, "cat", "/opt/replayssm-overlay/kernels-stage.json").stdout)
-    assert stage == {**stage, "mode": "skip", "status": "skipped", "dir": None}
+    assert stage["status"] == "built" and stage["dir"] == "/opt/replayssm-overlay/kernels", stage
+    assert "--model qwen3.5-35b-a3b --window 16 --tp 8" in stage["detail"]
+    proc = run_in(dockerd, built_image.ref, "replayssm-overlay", "kernels", "check", "/opt/replayssm-overlay/kernels",
+                  "--arch", "90", "--json", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check = json.loads(proc.stdout)
+    image_triton = run_in(dockerd, built_image.ref, "python3", "-c",
+                          "import importlib.metadata as m; print(m.version('triton'))").stdout.strip()
+    assert image_triton == "3.7.1"
+    assert check["ok"] and check["problems"] == []
+    assert check["manifest"]["target"]["arch"] == 90 and check["manifest"]["builder"]["triton"] == image_triton
+    assert check["manifest"]["kernels"] and all(n >= 1 for n in check["manifest"]["kernels"].values())
+    # the same folder is refused for another GPU generation: the check is not a rubber stamp
+    other = run_in(dockerd, built_image.ref, "replayssm-overlay", "kernels", "check", "/opt/replayssm-overlay/kernels",
+                   "--arch", "80", check=False)
+    assert other.returncode == 1, other.stdout + other.stderr
+
+
+def test_kernel_stage_reports_a_failed_build_and_a_wrong_mode(dockerd, built_image):
+    """The stage script, run in the image: a build the kernels CLI refuses (an unknown preset) fails
+    with the stage's message after the CLI's own; a wrong mode is a usage error."""
     script = "/opt/replayssm-overlay/build/scripts/kernels_stage.py"
     build = run_in(dockerd, built_image.ref, "python3", script, "--mode", "build", "--stage", "/tmp/s",
-                   "--model", "qwen3.5-35b-a3b", check=False)
-    assert build.returncode == 1 and "use RSO_KERNELS=skip" in build.stderr, build.stdout + build.stderr
-    assert "kernels build --out /tmp/s/kernels --model qwen3.5-35b-a3b" in build.stdout
+                   "--model", "no-such-model", check=False)
+    assert build.returncode == 1 and "the AOT build failed" in build.stderr, build.stdout + build.stderr
+    assert "no-such-model" in build.stderr  # the CLI's own refusal, shown above the stage's line
     wrong = run_in(dockerd, built_image.ref, "python3", script, "--mode", "fast", "--stage", "/tmp/t",
                    "--model", "all", check=False)
     assert wrong.returncode == 2 and "must be `build` or `skip`" in wrong.stderr

@@ -35,7 +35,7 @@ def test_lifted_cases_build_a_gdn_replayssm_fold_pool(reports):
             and result["case"].startswith("GDN +")
             and "off" not in result["case"]
         ):
-            assert result["pool"] == {"replayssm_spec_fold": True, "replayssm_is_kda": False}, result
+            assert result["pool"] == {"replayssm_spec_fold": True, "replayssm_is_kda": False, "replayssm_ring": False}, result
 
 
 def test_guard_hook_is_asked_only_where_stock_refuses(reports):

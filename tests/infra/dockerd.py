@@ -9,7 +9,7 @@ network namespace created with `ip netns add NS` (entered with `nsenter --net`).
 
 API (used by `tests/docker/conftest.py` and the Ansible tests):
 
-    d = start_dockerd(Path("/tmp/x"), netns=None)   # returns when the daemon answers /_ping
+    d = start_dockerd(Path("/tmp/x"), netns=None, insecure_registries=())   # returns when /_ping answers
     d.host          # "unix:///tmp/dkr-xxxx/docker.sock", the DOCKER_HOST value
     d.pid           # the daemon's PID (stop it by this, never by name)
     d.kill(); d.start_again()   # a crash (SIGKILL) and the daemon coming back with the same data and socket
@@ -141,14 +141,15 @@ class Dockerd:
 
 
 def start_dockerd(root: Path, netns: str | None = None, storage_driver: str | None = None,
-                  timeout: float = READY_TIMEOUT_S) -> Dockerd:
+                  timeout: float = READY_TIMEOUT_S, insecure_registries: tuple[str, ...] = ()) -> Dockerd:
     """Start a private dockerd with its data under `root` (created; removed again by `.stop()`).
 
     `storage_driver`: None picks `overlay2` when an overlay mount works under `root` (fast: layers are
     not copied) and `vfs` otherwise (works anywhere, copies every layer); `RSO_DOCKER_STORAGE_DRIVER`
-    overrides the choice. The socket lives in a short directory under /tmp (unix socket paths are
-    limited to 107 bytes). Returns once the daemon answers `GET /_ping`; raises DockerdError with the
-    log tail otherwise.
+    overrides the choice. `insecure_registries` (host:port) are spoken to over plain HTTP (a test
+    registry on a namespace address; loopback ones need no entry). The socket lives in a short
+    directory under /tmp (unix socket paths are limited to 107 bytes). Returns once the daemon answers
+    `GET /_ping`; raises DockerdError with the log tail otherwise.
     """
     if shutil.which(DOCKERD) is None:
         raise DockerdError(f"`{DOCKERD}` not found; install Debian's docker.io (scripts/setup-system.sh)")
@@ -168,6 +169,7 @@ def start_dockerd(root: Path, netns: str | None = None, storage_driver: str | No
         "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--bridge=none",
         "--containerd-namespace", f"rso-{tag}",
         "--containerd-plugins-namespace", f"rso-{tag}-plugins",
+        *(arg for registry in insecure_registries for arg in ("--insecure-registry", registry)),
     ]
     if netns:
         # nsenter enters only the network namespace (`ip netns exec` also remounts /sys, which hides the

@@ -1,10 +1,12 @@
-"""`fold.fold_accepted_prefix` picks the overlay's fold or SGLang's, once, and says which in `describe()`.
+"""`fold.fold_accepted_prefix` picks the overlay's commit or SGLang's once per process, says which in
+`describe()`, and runs SGLang's commit for the calls the overlay does not cover, one shape at a time.
 
-SGLang's conv-window scatter refuses CPU tensors and SGLang's own fold needs a patched interpreter on the
-CPU, so where a test reaches them it records the call instead (stand-ins, test-only); the temporal state
-the overlay's kernel commits is the real thing, checked against SGLang's decode kernel.
+SGLang's own commit needs CUDA (its conv scatter refuses CPU tensors), so where a test reaches it it
+records the call instead (a stand-in, test-only); the temporal state the overlay's kernel commits is the
+real thing, checked against SGLang's decode kernel, and the conv rollback against a plain copy.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -22,31 +24,57 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
-def fresh_choice(monkeypatch):
+def fresh_choice(monkeypatch, tmp_path):
+    monkeypatch.setenv(fold.ENV_FALLBACK_DIR, str(tmp_path / "fallbacks"))
     monkeypatch.setattr(fold, "_choice", None)
+    monkeypatch.setattr(fold, "_plans", {})
+    monkeypatch.setattr(fold, "_fallbacks", {})
     monkeypatch.delenv(fold.ENV_FOLD, raising=False)
     monkeypatch.setenv("RSO_KERNEL_DIR", "/nonexistent/replayssm-overlay-kernels")
     yield
 
 
-def _recorders(monkeypatch):
-    calls = {"conv": [], "sglang": []}
-    monkeypatch.setattr(fold, "_conv_rollback", lambda *args: calls["conv"].append(args))
+def _sglang_recorder(monkeypatch):
+    calls = []
     module = types.ModuleType("sglang.kernels.ops.attention.fla.gdn_replayssm_spec_fold")
-    module.commit_gdn_replayssm_fold_after_verify = lambda **kw: calls["sglang"].append(kw)
+    module.commit_gdn_replayssm_fold_after_verify = lambda **kw: calls.append(kw)
     monkeypatch.setitem(sys.modules, module.__name__, module)
     return calls
 
 
-def _spec_state(case):
+def _conv_pair(L, S, rows, N, dim=24, width=3, seed=0):
+    """A conv pool and a deduplicated window view like SGLang's (step t = shared[..., t:t+width])."""
+    gen = torch.Generator().manual_seed(seed)
+    dst = torch.randn(L, S, dim, width, generator=gen).to(torch.bfloat16)
+    span = N + width - 1
+    shared = torch.randn(L, rows, dim, span, generator=gen).to(torch.bfloat16)
+    src = shared.as_strided((L, rows, N, dim, width), (rows * dim * span, dim * span, 1, span, 1))
+    return dst, src
+
+
+def _spec_state(case, conv=None):
+    conv = conv or _conv_pair(case.L, case.temporal.shape[1], len(case.slots), case.N)
     return types.SimpleNamespace(temporal=case.temporal, replayssm_rawv=case.rawv, replayssm_rawk=case.rawk,
-                                 replayssm_g=case.g, replayssm_beta=case.beta, conv=[], intermediate_conv_window=[])
+                                 replayssm_g=case.g, replayssm_beta=case.beta, conv=[conv[0]],
+                                 intermediate_conv_window=[conv[1]])
 
 
-def _commit(case):
-    fold.fold_accepted_prefix(spec_state=_spec_state(case), state_batch_indices=case.slots,
-                              accept_lens=case.accept_lens, last_correct_step_indices=case.accept_lens.long() - 1,
+def _commit(case, ss=None):
+    ss = ss or _spec_state(case)
+    fold.fold_accepted_prefix(spec_state=ss, state_batch_indices=case.slots, accept_lens=case.accept_lens,
                               mamba_track_indices=case.track_slots, mamba_steps_to_track=case.track_steps)
+    return ss
+
+
+def _conv_expected(conv, src, slots, lens, track_slots=None, track_steps=None):
+    """SGLang's scatter semantics as a plain copy: active rows get step lens-1, track rows their step."""
+    out = conv.clone()
+    pairs = [(slots, lens - 1)] + ([(track_slots, track_steps)] if track_slots is not None else [])
+    for dst_rows, steps in pairs:
+        for row, (slot, step) in enumerate(zip(dst_rows.tolist(), steps.tolist())):
+            if 0 <= slot < conv.shape[1] and 0 <= step < src.shape[2]:
+                out[:, slot] = src[:, row, step]
+    return out
 
 
 def test_describe_imports_no_torch_and_defaults_to_sglang_without_artifacts():
@@ -70,33 +98,86 @@ def test_invalid_choice_is_refused(monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
 def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch):
     monkeypatch.setenv(fold.ENV_FOLD, "overlay")
-    calls = _recorders(monkeypatch)
+    calls = _sglang_recorder(monkeypatch)
     assert fold.describe()["fold"] == "overlay-jit"
-    case = make_case(L=1, HV=2, H=1, K=128, V=32, N=3, slots=[2, 0], accept_lens=[3, 1], num_slots=4,
-                     track=([3, -1], [1, -1]), seed=21)
+    case = make_case(L=2, HV=2, H=1, K=128, V=32, N=3, slots=[2, 0, -1], accept_lens=[3, 1, 2], num_slots=5,
+                     track=([3, -1, 4], [1, -1, 0]), seed=21)
     expected, tracked = decode_reference(case)
-    _commit(case)
-    assert fold.describe() == {"fold": "overlay-jit", "reason": fold._choice[1], "decided": True}
+    conv = _conv_pair(2, 5, 3, 3, seed=4)
+    before = conv[0].clone()
+    ss = _commit(case, _spec_state(case, conv))
+    assert fold.describe() == {"fold": "overlay-jit", "reason": fold._choice[1], "decided": True, "fallbacks": [],
+                               "fallbacks_recorded": []}
     assert torch.equal(case.temporal[:, [2, 0]], expected[:, [2, 0]])
     assert torch.equal(case.temporal[:, 3], tracked[0])
-    assert not calls["sglang"] and len(calls["conv"]) == 1
+    assert torch.equal(case.temporal[:, [1, 4]], case.initial[:, [1, 4]])  # row 2 is padding: its track too
+    assert torch.equal(ss.conv[0], _conv_expected(before, conv[1], case.slots, case.accept_lens, case.track_slots,
+                                                  case.track_steps))
+    assert not calls
 
 
-def test_sglang_choice_and_fallback_on_unsupported_shapes(monkeypatch):
-    calls = _recorders(monkeypatch)
-    monkeypatch.setenv(fold.ENV_FOLD, "sglang")
-    _commit(types.SimpleNamespace(temporal=None, rawv=None, rawk=None, g=None, beta=None, slots=None,
-                                  accept_lens=torch.ones(1), track_slots=None, track_steps=None))
-    assert len(calls["sglang"]) == 1 and fold.describe()["fold"] == "sglang"
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
+def test_a_plan_is_made_once_per_pool_and_batch_size(monkeypatch):
+    from replayssm_overlay.kernels import commit_plan
 
-    monkeypatch.setattr(fold, "_choice", None)
     monkeypatch.setenv(fold.ENV_FOLD, "overlay")
-    small = types.SimpleNamespace(  # K = 64: not a tree the overlay reproduces
-        temporal=torch.zeros(1, 2, 2, 32, 64), rawv=torch.zeros(1, 2, 2, 3, 32, dtype=torch.bfloat16),
-        rawk=torch.zeros(1, 2, 1, 3, 64, dtype=torch.bfloat16), g=torch.zeros(1, 2, 2, 3),
-        beta=torch.zeros(1, 2, 2, 3), slots=torch.tensor([0], dtype=torch.int32),
-        accept_lens=torch.tensor([2], dtype=torch.int32), track_slots=None, track_steps=None)
-    _commit(small)
-    assert len(calls["sglang"]) == 2 and not calls["conv"]
-    described = fold.describe()
-    assert described["fold"] == "sglang" and "K=64" in described["reason"]
+    made = []
+    real = commit_plan.CommitPlan
+    monkeypatch.setattr(commit_plan, "CommitPlan", lambda *a, **kw: made.append(a[1:3]) or real(*a, **kw))
+    case = make_case(L=1, HV=2, H=2, K=128, V=16, N=2, slots=[1, 0], accept_lens=[2, 1], num_slots=3, seed=2)
+    ss = _spec_state(case)
+    for _ in range(3):
+        fold.fold_accepted_prefix(spec_state=ss, state_batch_indices=case.slots, accept_lens=case.accept_lens)
+    fold.fold_accepted_prefix(spec_state=ss, state_batch_indices=case.slots[:1], accept_lens=case.accept_lens[:1])
+    assert made == [(2, False), (1, False)]
+    # index tensors of another dtype or a misaligned view are copied once per call, not refused
+    odd = torch.tensor([7, 1, 0], dtype=torch.int64)[1:]
+    fold.fold_accepted_prefix(spec_state=ss, state_batch_indices=odd, accept_lens=case.accept_lens)
+    assert made == [(2, False), (1, False)] and not fold.fallbacks()
+
+
+def test_sglang_choice_runs_sglang_s_commit(monkeypatch):
+    calls = _sglang_recorder(monkeypatch)
+    monkeypatch.setenv(fold.ENV_FOLD, "sglang")
+    lens = torch.tensor([2, 1], dtype=torch.int32)
+    fold.fold_accepted_prefix(spec_state=None, state_batch_indices=torch.tensor([0, 1], dtype=torch.int32),
+                              accept_lens=lens)
+    assert len(calls) == 1 and fold.describe()["fold"] == "sglang"
+    assert torch.equal(calls[0]["last_correct_step_indices"], lens - 1)  # computed only on this path
+
+
+def _unsupported_pool():
+    """K = 64: not a tree the overlay reproduces."""
+    return types.SimpleNamespace(
+        temporal=torch.zeros(1, 2, 2, 32, 64), replayssm_rawv=torch.zeros(1, 2, 2, 3, 32, dtype=torch.bfloat16),
+        replayssm_rawk=torch.zeros(1, 2, 1, 3, 64, dtype=torch.bfloat16), replayssm_g=torch.zeros(1, 2, 2, 3),
+        replayssm_beta=torch.zeros(1, 2, 2, 3), conv=[], intermediate_conv_window=[])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
+def test_an_uncovered_shape_runs_sglang_for_its_calls_only_and_is_listed(monkeypatch, caplog):
+    calls = _sglang_recorder(monkeypatch)
+    monkeypatch.setenv(fold.ENV_FOLD, "overlay")
+    small = _unsupported_pool()
+    before = small.temporal.clone()
+    one = dict(state_batch_indices=torch.tensor([0], dtype=torch.int32), accept_lens=torch.tensor([2], dtype=torch.int32))
+    with caplog.at_level("WARNING", logger="replayssm_overlay.fold"):
+        for _ in range(2):
+            fold.fold_accepted_prefix(spec_state=small, **one)
+    assert len(calls) == 2 and torch.equal(small.temporal, before)  # SGLang's (recorded) commit ran, not ours
+    assert sum("K=64" in r.getMessage() for r in caplog.records) == 1  # logged once per shape
+    (entry,) = fold.describe()["fallbacks"]
+    assert entry["calls"] == 2 and "K=64" in entry["reason"] and "K=64" in entry["shape"]
+    # and on disk, for `status --json` in another process
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'overlay'}")
+    code = "import json; from replayssm_overlay import fold; print(json.dumps(fold.describe()['fallbacks_recorded']))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    (recorded,) = json.loads(out.stdout)
+    assert recorded["pid"] == os.getpid() and recorded["shape"] == entry["shape"]
+    # the next covered call is the overlay's again: no process-wide switch
+    case = make_case(L=1, HV=2, H=2, K=128, V=16, N=2, slots=[1], accept_lens=[2], num_slots=2, seed=8)
+    expected, _ = decode_reference(case)
+    _commit(case)
+    assert len(calls) == 2 and torch.equal(case.temporal[:, 1], expected[:, 1])
+    assert fold.describe()["fold"] == "overlay-jit"

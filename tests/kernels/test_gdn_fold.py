@@ -90,7 +90,7 @@ def _emulated_gpu_tree(case):
             for layer in range(case.L):
                 for hv in range(case.HV):
                     k = rawk[layer, slot, hv // group, t]
-                    k = k / np.sqrt(ksum(k * k) + np.float32(1e-6))
+                    k = k * (np.float32(1) / np.sqrt(ksum(k * k) + np.float32(1e-6)))  # x * rcp(y): see _l2_normalized
                     h = state[layer, slot, hv] * np.exp(g[layer, slot, hv, t])
                     v = (rawv[layer, slot, hv, t] - ksum(h * k[None, :])) * beta[layer, slot, hv, t]
                     state[layer, slot, hv] = h + k[None, :] * v[:, None]
@@ -128,14 +128,19 @@ def test_unsupported_head_dim_is_refused():
 
 def test_aot_specializations_describe_every_runtime_argument():
     specs = gdn_fold.aot_specializations(32, 16, 128, 128, 16)
-    assert {s["kernel"].__name__ for s in specs} == {"gdn_replayssm_knorm_kernel", "gdn_replayssm_fold_kernel"}
+    assert {s["kernel"].__name__ for s in specs} == {"gdn_replayssm_fold_kernel"}
     for spec in specs:
-        names = set(spec["kernel"].arg_names)
-        assert set(spec["signature"]) | set(spec["constexprs"]) == names
+        names = spec["kernel"].arg_names
+        assert set(spec["signature"]) | set(spec["constexprs"]) == set(names)
         assert not set(spec["signature"]) & set(spec["constexprs"])
+        assert list(spec["constexprs"]) == names[-len(spec["constexprs"]):]  # launched last
         assert spec["constexprs"]["TREE_NUMPY"] is False
-    assert sorted(s["constexprs"].get("HAS_TRACK") for s in specs if "HAS_TRACK" in s["constexprs"]) == [False, True]
+    assert sorted((s["signature"]["conv_dst"], s["constexprs"]["HAS_TRACK"]) for s in specs) == [
+        (f"*{dtype}", track) for dtype in ("bf16", "fp16", "fp32") for track in (False, True)]
+    # geometry and window are runtime arguments: every covered shape asks for the same binaries
+    assert gdn_fold.aot_specializations(16, 4, 128, 128, 4) == specs
     assert gdn_fold.aot_specializations(32, 16, 64, 128, 16) == []
+    assert gdn_fold.aot_specializations(32, 12, 128, 128, 16) == []  # HV not a multiple of H
 
 
 @pytest.mark.gpu
@@ -144,3 +149,18 @@ def test_gpu_bitwise_equals_decode(name):
     case = _case(name, device="cuda", seed=7)
     expected, tracked = decode_reference(case)
     _check_against(case, _fold(case), expected, tracked)
+
+
+def test_every_preset_window_and_tensor_parallel_size_is_covered_by_the_same_binaries():
+    """Coverage of the default build: every supported model (aot/build.py's presets, from their configs)
+    at TP 1, 2, 4, 8 and every window 2..16 asks for the same six binaries, none of them empty."""
+    from replayssm_overlay.aot import build
+
+    expected = gdn_fold.aot_specializations(32, 16, 128, 128, 16)
+    assert len(expected) == 6
+    for name, preset in build.PRESETS.items():
+        for shape in build.shapes_for(preset, build.DEFAULT_TP_SIZES):
+            for window in build.DEFAULT_WINDOWS:
+                assert gdn_fold.aot_specializations(shape.hv, shape.h, shape.k, shape.v, window) == expected, (
+                    name, shape, window)
+    assert build.DEFAULT_WINDOWS == tuple(range(2, 17))

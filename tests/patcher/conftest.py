@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from replayssm_overlay.patcher.releases import TARGET_FILES
+from replayssm_overlay.patcher.releases import FINGERPRINTS, TARGET_FILES
 from replayssm_overlay.patcher.target import find_sglang_dir
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -55,11 +55,18 @@ def files_0518() -> dict:
         return {rel: wheel.read(f"sglang/{rel}") for rel in TARGET_FILES}
 
 
+@pytest.fixture(scope="session")
+def fingerprint_files(installed_sglang_dir) -> dict:
+    """relpath -> the pristine 0.5.19 bytes of each file the release table fingerprints."""
+    return {rel: (installed_sglang_dir / rel).read_bytes() for rel in FINGERPRINTS["0.5.19"]}
+
+
 @pytest.fixture
-def sglang_tree(tmp_path, pristine_files) -> pathlib.Path:
-    """A `sglang` package directory holding only the three pristine target files."""
+def sglang_tree(tmp_path, pristine_files, fingerprint_files) -> pathlib.Path:
+    """A `sglang` package directory holding the three pristine target files and the pristine files
+    whose behaviour the hooks rely on (the release's fingerprint), nothing else."""
     root = tmp_path / "site-packages" / "sglang"
-    for rel, data in pristine_files.items():
+    for rel, data in {**pristine_files, **fingerprint_files}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     return root

@@ -43,7 +43,7 @@ from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import artifact_format as af
 
 DEFAULT_PROVIDER = "replayssm_overlay.kernels.gdn_fold:aot_specializations"
-DEFAULT_WINDOWS = (8, 16)  # DSPARK gamma+1 = 8, DFLASH block = 16
+DEFAULT_WINDOWS = tuple(range(2, 17))  # every verify window a DFLASH block or DSPARK gamma+1 can have
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 
 
@@ -58,11 +58,18 @@ class ModelPreset:
     source: str
 
 
+# Every supported model's GDN geometry, from its config.json (linear_num_value_heads, linear_num_key_heads,
+# linear_key_head_dim, linear_value_head_dim); the GDN layer count is num_hidden_layers less the full
+# attention layers (every 4th: full_attention_interval 4), which no kernel is specialized on.
 PRESETS = {
-    "qwen3.5-35b-a3b": ModelPreset(32, 16, 128, 128, "the project's target, a Qwen3.5-35B-A3B-like hybrid GDN model"),
     "qwen3-next-80b-a3b": ModelPreset(
-        32, 16, 128, 128, "Qwen3NextConfig defaults in sglang 0.5.19 srt/configs/qwen3_next.py (the 80B-A3B)"
-    ),
+        32, 16, 128, 128, "Qwen3NextConfig defaults in sglang 0.5.19 srt/configs/qwen3_next.py, the 80B-A3B's "
+        "config (48 layers, 36 GDN)"),
+    "qwen3.5-35b-a3b": ModelPreset(
+        32, 16, 128, 128, "Qwen/Qwen3.5-35B-A3B model config (40 layers, 30 GDN; Qwen3.6-35B-A3B has the same)"),
+    "qwen3.5-122b-a10b": ModelPreset(64, 16, 128, 128, "Qwen/Qwen3.5-122B-A10B model config (48 layers, 36 GDN)"),
+    "qwen3.5-397b-a17b": ModelPreset(64, 16, 128, 128, "Qwen/Qwen3.5-397B-A17B model config (60 layers, 45 GDN)"),
+    "qwen3.5-27b": ModelPreset(48, 16, 128, 128, "Qwen/Qwen3.5-27B model config (64 layers, 48 GDN)"),
 }
 
 

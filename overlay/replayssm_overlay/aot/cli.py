@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from replayssm_overlay.aot import build as aot
-from replayssm_overlay.cliutil import EXIT_OK, print_json
+from replayssm_overlay.cliutil import EXIT_OK, HelpFormatter, print_json
 from replayssm_overlay.errors import OverlayError
 
 
@@ -26,14 +26,17 @@ def add_build(sub, common) -> None:
         "replaced only when the whole build succeeded. Shapes: --model presets (default: all), or explicit "
         "--hv/--h/--k/--v; every --tp size must divide HV and H (each rank holds HV/tp and H/tp heads).",
         epilog="presets: " + "; ".join(f"{n}: HV={p.hv} H={p.h} K={p.k} V={p.v} ({p.source})"
-                                       for n, p in aot.PRESETS.items()),
+                                       for n, p in aot.PRESETS.items())
+        + "\n\nexamples:\n  replayssm-overlay kernels build --out build/kernels-sm90\n"
+        "  replayssm-overlay kernels build --out DIR --model qwen3.5-35b-a3b --tp 1 2",
+        formatter_class=HelpFormatter,
     )
     build.add_argument("--out", required=True, metavar="DIR", help="artifact folder to write (created or replaced)")
     build.add_argument("--model", action="append", choices=sorted(aot.PRESETS), metavar="PRESET",
                        help=f"model preset, repeatable (choices: {', '.join(sorted(aot.PRESETS))}; default: all)")
     for dim, meaning in (("hv", "value heads"), ("h", "key heads"), ("k", "key head dim"), ("v", "value head dim")):
-        build.add_argument(f"--{dim}", type=int, metavar="N", help=f"GDN {meaning} of the whole model (instead of --model)")
-    build.add_argument("--window", type=int, nargs="+", metavar="T", help="verify windows (default: 8 16)")
+        build.add_argument(f"--{dim}", type=int, metavar="N", help=f"GDN {meaning} of the whole model (default: from --model)")
+    build.add_argument("--window", type=int, nargs="+", metavar="T", help="verify windows (default: 2 to 16)")
     build.add_argument("--tp", type=int, nargs="+", metavar="N", help="tensor-parallel sizes (default: 1 2 4 8)")
     build.add_argument("--provider", metavar="MODULE:FUNCTION",
                        help="function listing the specializations (default: the overlay's fold kernel)")

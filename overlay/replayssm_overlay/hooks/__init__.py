@@ -13,11 +13,12 @@ def keep_kda_only_guard(configurator) -> bool:
     return impl(configurator)
 
 
-def dflash_commit(worker, batch, seq_lens_pre_verify, commit_lens) -> bool:
-    """True: the overlay committed DFLASH's accepted prefix; False: SGLang's body runs (README.md)."""
+def dflash_commit(worker, batch, seq_lens_pre_verify, commit_lens, seq_lens_post_verify=None) -> bool:
+    """True: the overlay committed DFLASH's accepted prefix; False: SGLang's body runs (README.md).
+    `seq_lens_post_verify` is passed by the releases whose method has it (0.5.20 on)."""
     from replayssm_overlay.hooks.commit import dflash_commit as impl
 
-    return impl(worker, batch, seq_lens_pre_verify, commit_lens)
+    return impl(worker, batch, seq_lens_pre_verify, commit_lens, seq_lens_post_verify)
 
 
 def dspark_commit(worker, batch, seq_lens_pre_verify, seq_lens_post_verify, commit_lens) -> bool:

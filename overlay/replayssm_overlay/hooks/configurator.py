@@ -1,8 +1,9 @@
 """The configurator rule: which DFLASH/DSPARK + `--enable-linear-replayssm-spec` models the overlay takes.
 
-Stock SGLang 0.5.19 refuses DFLASH and DSPARK with ReplaySSM spec-verify on every non-KDA model, because
-its commit only knew the KDA fold. The patched `KVCacheConfigurator._build_hybrid_req_pool` asks
-`keep_kda_only_guard` only when that refusal is about to be raised, and the answer is:
+Stock SGLang (0.5.19 to 0.5.23) refuses DFLASH and DSPARK with ReplaySSM spec-verify on every non-KDA
+model, because their commit only knows the KDA fold. The patched
+`KVCacheConfigurator._build_hybrid_req_pool` asks `keep_kda_only_guard` only when that refusal is about
+to be raised, and the answer (the same on every release) is:
 
 - hybrid GDN model (Qwen3-Next / Qwen3.5 lineage) + DFLASH: lift the refusal (the overlay commits);
 - hybrid GDN model + DSPARK with `SGLANG_RAGGED_VERIFY_MODE=static`: lift it;
@@ -68,7 +69,8 @@ def keep_kda_only_guard(configurator) -> bool:
         _require_static_ragged_verify()
     logger.info(
         "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; "
-        "the overlay commits the accepted prefix with the GDN ReplaySSM fold",
+        "the overlay commits the accepted prefix (raw-window fold; on a circular-ring pool, SGLang's MTP "
+        "commit)",
         algorithm,
         type(gdn_config).__name__,
     )

@@ -14,18 +14,25 @@ import argparse
 import os
 import sys
 
-from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, print_json
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
 from replayssm_overlay.kernels import artifact_format as af
 from replayssm_overlay.kernels import loader
 
 SCHEMA_HELP = f"""\
+examples:
+  replayssm-overlay kernels build --out /opt/replayssm-overlay/kernels
+  replayssm-overlay kernels check /opt/replayssm-overlay/kernels --arch 90
+  replayssm-overlay kernels status --json
+
 JSON (--json): one object on stdout.
   build:  ok, out, up_to_date, compiled, reused, modules, specializations
-  check:  ok, folder, problems[], node{{triton, python, platform, arch}}, manifest{{builder, target,
-          built_at, kernels{{name: number of specializations}}}}
-  status: folder, folder_source (argument | {loader.ENV_DIR} | default), exists, usable, problems[],
-          node, manifest (as in check, or null)
-Artifact folder: --dir/DIR, else ${loader.ENV_DIR}, else {loader.DEFAULT_DIR}. Manifest schema {af.SCHEMA}.
+  check:  ok, folder, problems[], node{{triton, python, platform, arch}},
+          manifest{{builder, target, built_at, kernels{{name: count}}}}
+  status: folder, folder_source (argument | {loader.ENV_DIR} | default),
+          exists, usable, problems[], node, manifest (as in check, or null)
+
+Artifact folder: --dir/DIR, else ${loader.ENV_DIR}, else {loader.DEFAULT_DIR}.
+Manifest schema {af.SCHEMA}.
 """
 
 
@@ -42,7 +49,7 @@ def register(subparsers, add_build) -> argparse.ArgumentParser:
         "node never JIT-compiles them. `build` makes the artifact folder (no GPU needed), `check` says "
         "whether this node can use one, `status` shows what the commit path would find.",
         epilog=SCHEMA_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     group.set_defaults(handler=lambda args: _usage(group))
     sub = group.add_subparsers(dest="kernels_command", metavar="SUBCOMMAND")
@@ -51,6 +58,8 @@ def register(subparsers, add_build) -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check",
         parents=[common],
+        formatter_class=HelpFormatter,
+        epilog="example:\n  replayssm-overlay kernels check /opt/replayssm-overlay/kernels --arch 90",
         help="does this node match an artifact folder? (exit 1 if not)",
         description="Check the folder's manifest against this node: Triton version, Python tag, platform, "
         "GPU compute capability, and the sha256 of every file. Exit 0 if the fold can use it, 1 if not "
@@ -58,18 +67,20 @@ def register(subparsers, add_build) -> argparse.ArgumentParser:
     )
     check.add_argument("dir", metavar="DIR", help="artifact folder")
     check.add_argument("--arch", type=int, metavar="SM", help="check against this compute capability (e.g. 90) "
-                       "instead of the visible GPU's, for machines without one")
+                       "instead of the visible GPU's, for machines without one (default: the visible GPU's)")
     check.set_defaults(handler=_check)
 
     status = sub.add_parser(
         "status",
         parents=[common],
+        formatter_class=HelpFormatter,
+        epilog="example:\n  replayssm-overlay kernels status --dir /opt/replayssm-overlay/kernels --json",
         help="which artifact folder the commit path would use, and whether it can",
         description="Show the artifact folder the loader would use, where that choice came from, its "
         "manifest and whether this node can use it. Always exits 0 unless the arguments are wrong.",
     )
     status.add_argument("--dir", metavar="DIR", help=f"folder to inspect (default: ${loader.ENV_DIR} or {loader.DEFAULT_DIR})")
-    status.add_argument("--arch", type=int, metavar="SM", help="as for check")
+    status.add_argument("--arch", type=int, metavar="SM", help="as for check (default: the visible GPU's)")
     status.set_defaults(handler=_status)
     return group
 

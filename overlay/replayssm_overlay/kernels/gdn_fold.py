@@ -1,14 +1,13 @@
-"""The overlay's GDN ReplaySSM fold: replay the accepted raw window into the fp32 state, all layers in two
-launches (k l2-normalized once into a scratch, then the fold), bitwise equal to SGLang 0.5.19's decode
-recurrence run token by token.
+"""The overlay's GDN ReplaySSM commit kernel: replay the accepted raw window into the fp32 state, all
+layers in one launch, bitwise equal to SGLang 0.5.19's decode recurrence run token by token, with the
+conv-window rollback (`conv_rollback.copy_window`) and the track slot in the same launch.
 
 Why a kernel of our own: 0.5.19's fold keeps the decode kernel's tile (one warp holds a [K=128, 32]
 block, four k values per lane), so every step reduces over k with 5 butterfly shuffles per column, twice
 per step counting the l2 norm, and waits on each step's loads. At DFlash windows (T=16) that is
 latency and shuffle bound, a quarter of the bandwidth floor. This kernel computes the same function with
 the same fp32 operations in the same association, but lays the tile out so that most of the reduction
-tree is inside a thread, normalizes each k once instead of once per column block, and prefetches each
-step's v, g and beta one step ahead.
+tree is inside a thread, and prefetches each step's v, g and beta one step ahead.
 
 The reduction tree it must reproduce (read off the decode kernel's PTX, Triton 3.6.0 and 3.7.1, sm_90,
 K=128, 16-byte-divisible strides, which is how the server calls it): write k = 4*i + j (i < 32, j < 4).
@@ -18,7 +17,9 @@ a butterfly over i that pairs i with i^16, then i^8, i^4, i^2, i^1. Here i is sp
 (a4..a0), each a size-2 axis of the tile, and the sums pair exactly those partners, with the chain's
 fmas written out, so the result does not depend on which axes Triton keeps in a thread. The tile keeps
 j, a4, a3 (16 k) of 4 columns in each thread and puts a2..a0 and 4 columns on the lanes: 3 shuffles
-per column and step instead of 5, a quarter of the k reads of one column per thread, 121 registers.
+per column and step instead of 5, a quarter of the k reads of one column per thread, 125 registers.
+Each step's k is l2-normalized in the loop (`_l2_normalized`, once per thread: the 4 columns share it),
+so the commit needs no scratch: 363 SASS instructions per step (notes/perf.md).
 
 Under TRITON_INTERPRET=1 SGLang's kernels reduce with numpy (a row-sequential sum for h^T k, numpy's
 pairwise sum for the l2 norm), so the same reference has another tree on the CPU: `TREE_NUMPY` selects
@@ -30,13 +31,16 @@ Shapes (per tensor-parallel rank):
   rawv    [num_layers, num_slots, HV, RL, V] bf16 (raw v per verify step)
   rawk    [num_layers, num_slots, H, RL, K]  bf16 (raw pre-norm k per verify step)
   g, beta [num_layers, num_slots, HV, RL]    fp32
+  conv    [num_layers, num_slots, dim, W] and its window view [num_layers, B, RL, dim, W] (conv_rollback.py)
   slots, accept_lens, track_slots, track_steps [B] int32
-Grid: (V // BV, B, HV * num_layers) for the fold (BV // 16 warps), (H * num_layers, B) for the k norm.
+Grid: (V // BV, B, HV * num_layers), BV // 16 warps.
 
-Specializations (what `aot_specializations` lists for the ahead-of-time build): the constexprs are the
-head geometry (H, HV, K=128, V), BV, the window RL, USE_QK_L2NORM, NULL_ID (-1), HAS_TRACK (both values)
-FRONT (the Triton version's lane order, see `_dot_k`) and TREE_NUMPY=False; strides, batch, layer and
-slot counts are runtime int32 arguments (not specialized), so one binary serves any pool size.
+Specializations (what `aot_specializations` lists for the ahead-of-time build): the constexprs are K=128,
+BV, NULL_ID (-1), HAS_TRACK (both values), FRONT (the Triton version's lane order, see `_dot_k`) and
+TREE_NUMPY=False, and the conv dtype is in the signature; the head counts HV and HV / H, the value dim V,
+the window RL, every stride and the batch, layer and slot counts are runtime int32 arguments (never
+specialized; V is declared 16-divisible), so six binaries serve every model, tensor-parallel size and
+window the kernel reproduces.
 """
 
 from __future__ import annotations
@@ -46,15 +50,13 @@ import os
 import triton
 import triton.language as tl
 
+from replayssm_overlay.kernels import conv_rollback
+
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")  # Triton's interpreter is on
 SUPPORTED_K = 128  # the tree above is the one the decode kernel has for K = 128
 BLOCK_V = 16  # columns per program
 NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
-
-# The runtime int32 strides of each kernel: never specialized, so one binary serves any pool size.
-KNORM_STRIDES = ("rawk_layer_rows", "rawk_slot_rows")
-FOLD_STRIDES = ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows",
-                "gate_layer_stride", "gate_slot_stride")
 
 
 def lanes_from_front(version: str | None = None) -> bool:
@@ -112,6 +114,31 @@ def _dot_k(x, y, TREE_NUMPY: tl.constexpr):
 
 
 @triton.jit
+def _l2_normalized(k, TREE_NUMPY: tl.constexpr):
+    """k / sqrt(sum k^2 + 1e-6) as the decode kernel computes it, bit for bit.
+
+    On sm_90 Triton's fp32 division is PTX div.full.f32, which ptxas emits as x * rcp.approx(y), scaling
+    both operands first only where |y| > 2**126 or |y| < 2**-126. A norm y is >= sqrt(1e-6) and
+    <= sqrt(fp32 max), or inf/NaN (which give the same inf/NaN results either way), so no scaling ever
+    applies: 1 / y is rcp.approx(y) exactly, and x * (1 / y) is x / y, with one multiply per element
+    instead of the division's three (two of them predicated). The multiply is written as PTX: as an
+    LLVM fmul, the SLP vectorizer groups it across the tile's columns (which hold the same k), and then
+    nothing dedupes the norm's reduction, four times per thread (391 -> 363 SASS instructions per step
+    with the asm, 527 without; notes/perf.md). Under numpy (TREE_NUMPY) division is exact: it divides."""
+    if TREE_NUMPY:  # numpy's pairwise sum needs one k vector, not the [128, columns] tile
+        k1 = tl.max(tl.max(k, 6, keep_dims=True), 3, keep_dims=True)
+        return k / tl.sqrt(_dot_k(k1, k1, TREE_NUMPY) + 1e-6)
+    else:
+        r = 1.0 / tl.sqrt(_dot_k(k, k, TREE_NUMPY) + 1e-6)
+        if INTERPRETED:  # the GPU tree's association under the interpreter (no inline PTX there)
+            return k * r
+        else:
+            k, r = tl.broadcast(k, r)
+            return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [k, r], dtype=tl.float32,
+                                             is_pure=True, pack=1)
+
+
+@triton.jit
 def _k_offsets(FRONT: tl.constexpr):
     """k on the tile axes (see above)."""
     if FRONT:
@@ -136,46 +163,18 @@ def _v_offsets(FRONT: tl.constexpr, BV: tl.constexpr):
         return tl.arange(0, BV)[None, None, None, None, None, None, :, None, None, None, None]
 
 
-@triton.jit(do_not_specialize=KNORM_STRIDES)
-def gdn_replayssm_knorm_kernel(
-    rawk,  # [L, S, H, RL, K] bf16
-    slots,  # [B] int32
-    accept_lens,  # [B] int32
-    knorm,  # [L, B, H, RL, K] fp32 scratch: the accepted steps' l2-normalized k
-    rawk_layer_rows,  # rawk strides in units of K
-    rawk_slot_rows,
-    H: tl.constexpr,
-    K: tl.constexpr,
-    RL: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
-    NULL_ID: tl.constexpr,
-    FRONT: tl.constexpr,
-    TREE_NUMPY: tl.constexpr,
-):
-    """Grid (H * L, B). Normalizes each accepted step's k once per (layer, request, k-head)."""
-    i_hl = tl.program_id(0)
-    i_n = tl.program_id(1)
-    i_layer = (i_hl // H).to(tl.int64)
-    i_h = i_hl % H
-    slot = tl.load(slots + i_n).to(tl.int64)
-    if slot <= NULL_ID:
-        return
-    n_commit = tl.load(accept_lens + i_n)
-    o_k = _k_offsets(FRONT)
-    p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL) * K + o_k
-    p_out = knorm + ((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL * K + o_k
-    for t in range(0, n_commit):
-        b_k = tl.load(p_k + t * K).to(tl.float32)
-        if USE_QK_L2NORM:
-            b_k = b_k / tl.sqrt(_dot_k(b_k, b_k, TREE_NUMPY) + 1e-6)
-        tl.store(p_out + t * K, b_k)
-
-
-@triton.jit(do_not_specialize=FOLD_STRIDES)
+@triton.jit(
+    do_not_specialize=[
+        "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
+        "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "RL",
+    ]
+)
 def gdn_replayssm_fold_kernel(
     state,  # [L, S, HV, V, K] fp32, in place
     rawv,  # [L, S, HV, RL, V] bf16
-    knorm,  # [L, B, H, RL, K] fp32, from gdn_replayssm_knorm_kernel
+    rawk,  # [L, S, H, RL, K] bf16
+    conv_src,  # [L, B, RL, dim, W] conv windows (any strides), see conv_rollback.py
+    conv_dst,  # [L, S, dim, W] conv state, contiguous per slot
     gate,  # [L, S, HV, RL] fp32
     beta,  # [L, S, HV, RL] fp32 (same strides as gate)
     slots,  # [B] int32, < 0: padded row
@@ -186,39 +185,65 @@ def gdn_replayssm_fold_kernel(
     state_slot_tiles,
     rawv_layer_rows,  # rawv strides in units of V
     rawv_slot_rows,
+    rawk_layer_rows,  # rawk strides in units of K
+    rawk_slot_rows,
     gate_layer_stride,  # gate and beta strides in elements
     gate_slot_stride,
-    H: tl.constexpr,
-    HV: tl.constexpr,
+    HV,  # value heads per rank
+    GROUP,  # value heads per key head (HV // H)
+    V,  # value head dim (a multiple of BV; 16-divisible, which the prebuilt binaries assume)
+    RL,  # ring length (verify window)
+    conv_elems,  # dim * W
+    conv_width,  # W
+    conv_chunk,  # elements each of the HV * V / BV programs of a (layer, row) copies
+    conv_src_layer,
+    conv_src_row,
+    conv_src_step,
+    conv_src_dim,
+    conv_src_win,
+    conv_dst_layer,
+    conv_dst_slot,
+    conv_rows,  # conv_src.shape[1]
+    conv_steps,  # conv_src.shape[2]
+    conv_slots,  # conv_dst.shape[1]
     K: tl.constexpr,
-    V: tl.constexpr,
     BV: tl.constexpr,
-    RL: tl.constexpr,
     NULL_ID: tl.constexpr,
     HAS_TRACK: tl.constexpr,
     FRONT: tl.constexpr,
     TREE_NUMPY: tl.constexpr,
 ):
-    """Grid (V // BV, B, HV * L)."""
+    """Grid (V // BV, B, HV * L). Each program also copies its share of its row's conv windows."""
     i_v = tl.program_id(0)
     i_n = tl.program_id(1)
     i_hvl = tl.program_id(2)
     i_layer = (i_hvl // HV).to(tl.int64)
     i_hv = i_hvl % HV
-    i_h = i_hv // (HV // H)
+    i_h = i_hv // GROUP
 
     slot = tl.load(slots + i_n).to(tl.int64)
-    if slot <= NULL_ID:
-        return
     n_commit = tl.load(accept_lens + i_n)
-    if n_commit <= 0:
-        return
     if HAS_TRACK:
         track_slot = tl.load(track_slots + i_n).to(tl.int64)
         track_step = tl.load(track_steps + i_n)
     else:
         track_slot = NULL_ID
         track_step = -1
+    # the conv rollback first, for the active and the track slot: SGLang's scatters skip exactly the
+    # rows these skip, and copy the track window whatever the active slot is
+    start = (i_hv * tl.num_programs(0) + i_v) * conv_chunk
+    conv_rollback.copy_window(slot, n_commit - 1, conv_src, conv_dst, i_layer, i_n, start, conv_chunk, conv_elems,
+                              conv_width, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim, conv_src_win,
+                              conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots)
+    if HAS_TRACK:
+        conv_rollback.copy_window(track_slot, track_step, conv_src, conv_dst, i_layer, i_n, start, conv_chunk,
+                                  conv_elems, conv_width, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim,
+                                  conv_src_win, conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots)
+
+    if slot <= NULL_ID:
+        return
+    if n_commit <= 0:
+        return
 
     o_k = _k_offsets(FRONT)
     o_v = i_v * BV + _v_offsets(FRONT, BV)
@@ -229,7 +254,7 @@ def gdn_replayssm_fold_kernel(
     # k is loaded with the state tile's shape (`0 * o_v` broadcasts it over the columns, so each thread
     # loads the 16 k of its own columns): that keeps the loop in the state's layout, j, a4, a3 of 4
     # columns in each thread and a2, a1, a0 x 4 columns on the lanes (the tile axes above `_dot_k`)
-    p_k = knorm + ((i_layer * tl.num_programs(1) + i_n) * H + i_h) * RL * K + o_k + 0 * o_v
+    p_k = rawk + (i_layer * rawk_layer_rows + slot * rawk_slot_rows + i_h * RL) * K + o_k + 0 * o_v
     p_v = rawv + (i_layer * rawv_layer_rows + slot * rawv_slot_rows + i_hv * RL) * V + o_v
     p_g = gate + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
     p_b = beta + i_layer * gate_layer_stride + slot * gate_slot_stride + i_hv * RL
@@ -238,12 +263,12 @@ def gdn_replayssm_fold_kernel(
     n_g = tl.load(p_g)
     n_b = tl.load(p_b)
     for t in range(0, n_commit):
-        b_k = tl.load(p_k + t * K)
+        b_k = _l2_normalized(tl.load(p_k + t * K).to(tl.float32), TREE_NUMPY)
         b_v = n_v.to(tl.float32)
         b_g = n_g
         b_beta = n_b
-        # the next step's v, g, beta are in flight while this step computes (prefetching k too cost
-        # 64 registers and was slower on the H200, measured with the 64-k-per-thread tile: notes/perf.md)
+        # the next step's v, g, beta are in flight while this step computes (prefetching k too costs
+        # registers and was slower on the H200: notes/perf.md)
         more = t + 1 < n_commit
         n_v = tl.load(p_v + (t + 1) * V, mask=more, other=0.0)
         n_g = tl.load(p_g + (t + 1), mask=more, other=0.0)
@@ -265,12 +290,6 @@ def _tree_numpy() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _as_int32(t):
-    import torch
-
-    return t if t.dtype == torch.int32 and t.stride(0) == 1 else t.to(torch.int32).contiguous()
-
-
 def _units(stride: int, unit: int, what: str) -> int:
     if stride % unit:
         raise FoldShapeNotSupported(f"{what} stride {stride} is not a multiple of {unit}")
@@ -282,8 +301,8 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
     L, S, HV, V, K = state.shape
     H, RL = rawk.shape[2], rawv.shape[3]
     if K != SUPPORTED_K or V % BLOCK_V or HV % H:
-        raise FoldShapeNotSupported(
-            f"head dims K={K} V={V} HV={HV} H={H} (need K={SUPPORTED_K}, V % {BLOCK_V} == 0, HV % H == 0)")
+        raise FoldShapeNotSupported(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % {BLOCK_V} == 0, "
+                                    "HV a multiple of H)")
     if str(state.dtype) != "torch.float32" or str(gate.dtype) != "torch.float32" or beta.dtype != gate.dtype:
         raise FoldShapeNotSupported(f"state/gate/beta dtypes {state.dtype}/{gate.dtype}/{beta.dtype}")
     if rawv.dtype != rawk.dtype:
@@ -302,6 +321,50 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
         raise FoldShapeNotSupported("gate/beta/raw rings disagree in shape or strides")
 
 
+def runtime_args(state, rawv, rawk, gate, beta) -> tuple:
+    """The fold's integer arguments for this pool (strides in the kernel's units, then the geometry), in
+    the kernel's order; raises FoldShapeNotSupported where the pool is not one the kernel reproduces."""
+    check_shapes(state, rawv, rawk, gate, beta)
+    _, _, HV, V, K = state.shape
+    H, RL = rawk.shape[2], rawv.shape[3]
+    return (
+        _units(state.stride(0), K * V, "state layer"),
+        _units(state.stride(1), K * V, "state slot"),
+        _units(rawv.stride(0), V, "rawv layer"),
+        _units(rawv.stride(1), V, "rawv slot"),
+        _units(rawk.stride(0), K, "rawk layer"),
+        _units(rawk.stride(1), K, "rawk slot"),
+        gate.stride(0),
+        gate.stride(1),
+        HV, HV // H, V, RL,
+    )
+
+
+def fold_grid(state, batch: int) -> tuple:
+    L, _, HV, V, _ = state.shape
+    return (V // BLOCK_V, batch, HV * L)
+
+
+def conv_args(state, conv_dst, conv_src) -> tuple:
+    """(conv_src, conv_dst, the fold's conv integers) for one conv pair (None, None: no conv rollback)."""
+    if conv_dst is None:
+        return conv_rollback.no_conv(state)
+    _, _, HV, V, _ = state.shape
+    return conv_src, conv_dst, conv_rollback.runtime_args(conv_dst, conv_src, HV * V // BLOCK_V)
+
+
+def fold_constexprs(has_track: bool, tree_numpy: bool, front: bool | None = None) -> dict:
+    """The fold's constexprs, in the kernel's argument order (the launch passes them after the others)."""
+    return dict(K=SUPPORTED_K, BV=BLOCK_V, NULL_ID=-1, HAS_TRACK=has_track,
+                FRONT=lanes_from_front() if front is None else front, TREE_NUMPY=tree_numpy)
+
+
+def _as_int32(t):
+    import torch
+
+    return t if t.dtype == torch.int32 and t.stride(0) == 1 else t.to(torch.int32).contiguous()
+
+
 def fold_all_layers(
     state,
     rawv,
@@ -312,20 +375,20 @@ def fold_all_layers(
     accept_lens,
     track_slots=None,
     track_steps=None,
-    use_qk_l2norm: bool = True,
     null_id: int = -1,
-    kernels=None,
     tree_numpy: bool | None = None,
+    conv_dst=None,
+    conv_src=None,
 ) -> None:
     """Fold every layer's accepted window into `state` (contract of SGLang 0.5.19's
-    `commit_gdn_replayssm_fold_all_layers`): two launches for all layers, the k normalization then the
-    fold. `kernels` is a pair of prebuilt launchers (knorm, fold) from kernels/loader.py, or None for
-    Triton's JIT. `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
-    import torch
-
-    check_shapes(state, rawv, rawk, gate, beta)
-    L, _, HV, V, K = state.shape
-    H, RL = rawk.shape[2], rawv.shape[3]
+    `commit_gdn_replayssm_fold_all_layers`, l2 norm of k on) with Triton's JIT, and the conv pair rolled
+    back if given: one launch. For tests and benchmarks;
+    the server's commit goes through `commit_plan.CommitPlan` (checked once, then one launch).
+    `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
+    if null_id != -1:
+        raise FoldShapeNotSupported(f"null block id {null_id} (the kernels are built for -1)")
+    ints = runtime_args(state, rawv, rawk, gate, beta)
+    src, dst, conv_ints = conv_args(state, conv_dst, conv_src)
     B = slots.shape[0]
     if B == 0:
         return
@@ -334,52 +397,39 @@ def fold_all_layers(
     accept_lens = _as_int32(accept_lens)
     track_slots = _as_int32(track_slots) if has_track else slots
     track_steps = _as_int32(track_steps) if has_track else accept_lens
-    knorm_kernel, fold_kernel = kernels or (gdn_replayssm_knorm_kernel, gdn_replayssm_fold_kernel)
     tree_numpy = _tree_numpy() if tree_numpy is None else tree_numpy
-    front = lanes_from_front()
-    knorm = torch.empty((L, B, H, RL, K), dtype=torch.float32, device=state.device)
-    knorm_kernel[(H * L, B)](
-        rawk=rawk, slots=slots, accept_lens=accept_lens, knorm=knorm,
-        rawk_layer_rows=_units(rawk.stride(0), K, "rawk layer"),
-        rawk_slot_rows=_units(rawk.stride(1), K, "rawk slot"),
-        H=H, K=K, RL=RL, USE_QK_L2NORM=use_qk_l2norm, NULL_ID=null_id, FRONT=front, TREE_NUMPY=tree_numpy,
-        num_warps=1, num_stages=NUM_STAGES,
+    gdn_replayssm_fold_kernel[fold_grid(state, B)](
+        state, rawv, rawk, src, dst, gate, beta, slots, accept_lens, track_slots, track_steps, *ints,
+        *conv_ints, **fold_constexprs(has_track, tree_numpy), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
-    fold_kernel[(V // BLOCK_V, B, HV * L)](
-        state=state, rawv=rawv, knorm=knorm, gate=gate, beta=beta, slots=slots, accept_lens=accept_lens,
-        track_slots=track_slots, track_steps=track_steps,
-        state_layer_tiles=_units(state.stride(0), K * V, "state layer"),
-        state_slot_tiles=_units(state.stride(1), K * V, "state slot"),
-        rawv_layer_rows=_units(rawv.stride(0), V, "rawv layer"),
-        rawv_slot_rows=_units(rawv.stride(1), V, "rawv slot"),
-        gate_layer_stride=gate.stride(0),
-        gate_slot_stride=gate.stride(1),
-        H=H, HV=HV, K=K, V=V, BV=BLOCK_V, RL=RL, NULL_ID=null_id, HAS_TRACK=has_track, FRONT=front,
-        TREE_NUMPY=tree_numpy, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-    )
+
+
+def fold_signature(conv_dtype: str) -> dict:
+    """The fold's non-constexpr arguments as the prebuilt binaries type them (conv: "bf16", "fp16", "fp32")."""
+    ints = ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
+            "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "V", "RL", "conv_elems",
+            "conv_width", "conv_chunk", "conv_src_layer", "conv_src_row", "conv_src_step", "conv_src_dim",
+            "conv_src_win", "conv_dst_layer", "conv_dst_slot", "conv_rows", "conv_steps", "conv_slots")
+    return {"state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "conv_src": f"*{conv_dtype}",
+            "conv_dst": f"*{conv_dtype}", "gate": "*fp32", "beta": "*fp32", "slots": "*i32", "accept_lens": "*i32",
+            "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in ints}}
+
+
+# every pointer but the conv window view (an as_strided view may start anywhere) 16-byte aligned, and V a
+# multiple of 16 (the v loads are vectorized on it)
+FOLD_ATTRS = {**{name: [["tt.divisibility", 16]] for name, ty in fold_signature("bf16").items()
+                 if ty.startswith("*") and name != "conv_src"}, "V": [["tt.divisibility", 16]]}
 
 
 def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_version: str | None = None) -> list:
-    """What the ahead-of-time build compiles for one per-rank head shape and verify window: the k
-    normalization (l2 norm on) and the fold with and without a track slot; null id -1, the GPU tree.
-    Empty if the shape is not one this kernel reproduces."""
+    """What the ahead-of-time build compiles: the commit's one kernel, with and without a track slot, for
+    each conv dtype. Head counts, value dim, window, batch, layer and slot counts and every stride are
+    runtime arguments, so the same six binaries serve every shape the kernel reproduces (K=128, V a
+    multiple of 16, HV a multiple of H); the arguments only say whether this shape is one of them."""
     if k != SUPPORTED_K or v % BLOCK_V or hv % h:
         return []
     front = lanes_from_front(triton_version)
-    ints = {name: "*i32" for name in ("slots", "accept_lens")}
-    knorm_sig = {"rawk": "*bf16", "knorm": "*fp32", **ints, **{name: "i32" for name in KNORM_STRIDES}}
-    specs = [dict(
-        kernel=gdn_replayssm_knorm_kernel, signature=knorm_sig, num_warps=1, num_stages=NUM_STAGES,
-        constexprs=dict(H=h, K=k, RL=window, USE_QK_L2NORM=True, NULL_ID=-1, FRONT=front, TREE_NUMPY=False),
-        label=f"gdn_knorm H{h} K{k} RL{window}",
-    )]
-    fold_sig = {"state": "*fp32", "rawv": "*bf16", "knorm": "*fp32", "gate": "*fp32", "beta": "*fp32", **ints,
-                "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in FOLD_STRIDES}}
-    for has_track in (False, True):
-        specs.append(dict(
-            kernel=gdn_replayssm_fold_kernel, signature=dict(fold_sig), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-            constexprs=dict(H=h, HV=hv, K=k, V=v, BV=BLOCK_V, RL=window, NULL_ID=-1, HAS_TRACK=has_track,
-                            FRONT=front, TREE_NUMPY=False),
-            label=f"gdn_fold HV{hv} H{h} K{k} V{v} RL{window} track={has_track}",
-        ))
-    return specs
+    return [dict(kernel=gdn_replayssm_fold_kernel, signature=fold_signature(conv), attrs=FOLD_ATTRS,
+                 num_warps=NUM_WARPS, num_stages=NUM_STAGES, constexprs=fold_constexprs(has_track, False, front),
+                 label=f"gdn_fold K{k} any HV/H/V/window conv {conv} track={has_track}")
+            for conv in sorted(set(conv_rollback.DTYPES.values())) for has_track in (False, True)]

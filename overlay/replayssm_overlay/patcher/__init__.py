@@ -1,9 +1,9 @@
 """The patcher: puts the overlay's marked hook lines into an installed SGLang, checks them, takes them out.
 
 Public API (the command line, the Docker build and the demo call exactly these):
-    apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) -> dict
-    verify(sglang_dir, *, allow_unverified=False) -> dict      (result["ok"] says whether it passed)
-    revert(sglang_dir) -> dict
+    apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None, lock_timeout_s=30) -> dict
+    verify(sglang_dir, *, allow_unverified=False, lock_timeout_s=30) -> dict   (result["ok"]: passed)
+    revert(sglang_dir, *, lock_timeout_s=30) -> dict      (result["complete"]: every file is pristine)
     diff(sglang_dir) -> str
     status(sglang_dir) -> dict
 `sglang_dir` is the `sglang` package directory (see `replayssm_overlay.patcher.target`). `kernels` is what
@@ -11,7 +11,11 @@ the caller records in the manifest about the fold kernels (the command line pass
 `replayssm_overlay.fold.describe()`): the patcher imports nothing of `fold` or `kernels`, so it runs
 where torch and Triton are absent. A refusal raises
 `OverlayError` before anything is written, or after restoring what was written, so the three files are
-always either all as they were or all as intended.
+always either all as they were or all as intended. `apply`, `revert` and `verify` hold the lock on the
+target (`lock.py`) while they look and write, so only one patcher acts on a tree at a time; `apply` and
+`revert` first delete the temp files a killed run left (`store.remove_leftovers`) and say so in
+`leftovers_removed`. A file patched over an unverified base is named in every result
+(`unverified_files`, and `release_label`, the words the messages use).
 """
 
 import datetime
@@ -21,9 +25,9 @@ import pathlib
 import replayssm_overlay
 from replayssm_overlay.cliutil import sha256_bytes
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.patcher import store
+from replayssm_overlay.patcher import fingerprint, lock, store
 from replayssm_overlay.patcher.edits import patch_source
-from replayssm_overlay.patcher.filestate import MISSING, PATCHED, PRISTINE, classify
+from replayssm_overlay.patcher.filestate import MISSING, NO_FILE, PATCHED, PRISTINE, classify
 from replayssm_overlay.patcher.hookpoints import HookPointError
 from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES, expected_hashes
 from replayssm_overlay.patcher.target import declared_version
@@ -33,10 +37,24 @@ __all__ = ["apply", "verify", "revert", "diff", "status"]
 STATUS_SCHEMA = 1
 
 
-def apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) -> dict:
+def apply(
+    sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None, lock_timeout_s=lock.DEFAULT_TIMEOUT_S
+) -> dict:
     """Patch the three files (or, with dry_run, only check that it would work); `kernels` goes into the
     manifest as given."""
+    sglang_dir = _existing_dir(sglang_dir)
+    command = "apply --dry-run" if dry_run else "apply"
+    with lock.held(sglang_dir, exclusive=not dry_run, timeout_s=lock_timeout_s, command=command):
+        return _apply(sglang_dir, allow_unverified, dry_run, kernels)
+
+
+def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
     tree = _Tree(sglang_dir)
+    leftovers = (
+        [str(p) for p in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)]
+        if dry_run
+        else store.remove_leftovers(tree.sglang_dir, TARGET_FILES)
+    )
     refusals, patched = [], {}
     for f in tree.files:
         if f.state == PATCHED:
@@ -63,16 +81,23 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) ->
                 )
             )
         else:
-            refusals.append(_unknown_refusal(f, tree.declared))
+            refusals.append(_unknown_refusal(f, tree.declared, tree.release))
     if not refusals and tree.release is None and any(f.releases for f in tree.files):
         refusals.append(
             "the files come from different SGLang releases ("
             + ", ".join(f"{f.relpath}: {','.join(sorted(f.releases)) or 'unknown'}" for f in tree.files)
             + "); reinstall one release"
         )
+    if tree.release is not None and tree.fingerprint and not allow_unverified:
+        refusals.append(_fingerprint_refusal(tree.release, tree.fingerprint))
+    if refusals and (tree.release is None or any(not f.releases and f.data is not None for f in tree.files)):
+        refusals.append(_likeness_line(tree))
     if refusals:
         raise OverlayError(
-            f"refusing to patch {tree.sglang_dir}; no file was changed:\n    - " + "\n    - ".join(refusals),
+            f"refusing to patch {tree.sglang_dir}; no file was changed"
+            + _leftovers_note(leftovers, dry_run)
+            + ":\n    - "
+            + "\n    - ".join(refusals),
             "see each file above; supported releases: " + ", ".join(RELEASES),
         )
 
@@ -83,6 +108,9 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) ->
         "release": tree.release,
         "declared_version": tree.declared,
         "unverified": manifest["unverified"],
+        "unverified_files": tree.unverified_files(),
+        "release_label": tree.release_label(),
+        "leftovers_removed": [] if dry_run else leftovers,
         "dry_run": dry_run,
         "manifest_path": str(store.manifest_path(tree.sglang_dir)),
         "files": [
@@ -101,13 +129,18 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) ->
     result["changed"] = not dry_run and not (record_current and not patched)
     if dry_run:
         result["message"] = (
-            f"dry run: would patch {len(patched)} file(s); every file and hook point checks out"
+            f"dry run: would patch {len(patched)} file(s) of SGLang {tree.release_label()}; "
+            + (
+                "every hook point was found; the unverified file(s) are checked by structure only"
+                if tree.unverified_files()
+                else "every file and hook point checks out"
+            )
             if patched
             else "dry run: already patched; nothing to do"
-        )
+        ) + _leftovers_note(leftovers, dry_run)
         return result
     if not patched and record_current:
-        result["message"] = "already patched; nothing to do"
+        result["message"] = "already patched; nothing to do" + _leftovers_note(leftovers, dry_run)
         return result
 
     created_state_dir = not store.state_dir(tree.sglang_dir).exists()
@@ -129,17 +162,26 @@ def apply(sglang_dir, *, allow_unverified=False, dry_run=False, kernels=None) ->
             "fix the cause (disk space, permissions, read-only file system) and run the command again",
         ) from err
     result["message"] = (
-        f"patched {len(patched)} file(s) of SGLang {tree.release or '(unverified)'}"
+        f"patched {len(patched)} file(s) of SGLang {tree.release_label()}"
         if patched
         else "already patched; the manifest and pristine copies were rewritten"
-    )
+    ) + _leftovers_note(leftovers, dry_run)
     return result
 
 
-def verify(sglang_dir, *, allow_unverified=False) -> dict:
+def verify(sglang_dir, *, allow_unverified=False, lock_timeout_s=lock.DEFAULT_TIMEOUT_S) -> dict:
     """Whether every file is exactly the patched bytes for the recorded release, and the record agrees."""
+    sglang_dir = _existing_dir(sglang_dir)
+    with lock.held(sglang_dir, exclusive=False, timeout_s=lock_timeout_s, command="verify"):
+        return _verify(sglang_dir, allow_unverified)
+
+
+def _verify(sglang_dir, allow_unverified) -> dict:
     tree = _Tree(sglang_dir)
-    problems = []
+    problems = [
+        f"{path}: a temp file left by a killed patcher run; `replayssm-overlay apply` or `revert` removes it"
+        for path in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)
+    ]
     manifest = tree.manifest
     if tree.manifest_problem:
         problems.append(tree.manifest_problem)
@@ -169,24 +211,45 @@ def verify(sglang_dir, *, allow_unverified=False) -> dict:
         problems.append(
             f"the manifest records release {manifest.get('release')}, the files are {tree.release}"
         )
+    if tree.release is not None and tree.fingerprint and not allow_unverified:
+        problems.append(_fingerprint_refusal(tree.release, tree.fingerprint))
     return {
         "action": "verify",
         "ok": not problems,
         "problems": problems,
         "sglang_dir": str(tree.sglang_dir),
         "release": tree.release,
+        "unverified_files": tree.unverified_files(),
+        "release_label": tree.release_label(),
         "manifest_path": str(store.manifest_path(tree.sglang_dir)),
         "files": [f.as_json() for f in tree.files],
     }
 
 
-def revert(sglang_dir) -> dict:
-    """Restore the exact pristine bytes of every patched file and remove the manifest folder."""
+def revert(sglang_dir, *, lock_timeout_s=lock.DEFAULT_TIMEOUT_S) -> dict:
+    """Restore the exact pristine bytes of every patched file and remove the manifest folder.
+
+    A target that is missing or not a file is left as it is and reported (`complete` false); the others
+    are restored and the record folder is kept, since it may hold that file's saved pristine copy."""
+    sglang_dir = _existing_dir(sglang_dir)
+    with lock.held(sglang_dir, exclusive=True, timeout_s=lock_timeout_s, command="revert"):
+        return _revert(sglang_dir)
+
+
+def _revert(sglang_dir) -> dict:
     tree = _Tree(sglang_dir)
-    refusals, restores, actions = [], [], {}
+    if all(f.state == MISSING for f in tree.files):
+        raise OverlayError(
+            f"refusing to revert {tree.sglang_dir}; no file was changed:\n    - "
+            + "\n    - ".join(_missing_refusal(f) for f in tree.files),
+            "pass --sglang-dir with the `sglang` package directory the overlay patched",
+        )
+    leftovers = store.remove_leftovers(tree.sglang_dir, TARGET_FILES)
+    refusals, restores, actions, left = [], [], {}, []
     for f in tree.files:
         if f.state == MISSING:
-            refusals.append(_missing_refusal(f))
+            actions[f.relpath] = (f"left as is: {f.detail}", None)
+            left.append(f"{f.relpath}: {f.detail} ({f.path})")
         elif f.sha256 == f.base_sha256:
             actions[f.relpath] = (
                 ("already pristine", None) if f.state == PRISTINE else ("left as is: no overlay lines", None)
@@ -207,7 +270,10 @@ def revert(sglang_dir) -> dict:
             )
     if refusals:
         raise OverlayError(
-            f"refusing to revert {tree.sglang_dir}; no file was changed:\n    - " + "\n    - ".join(refusals),
+            f"refusing to revert {tree.sglang_dir}; no file was changed"
+            + _leftovers_note(leftovers, False)
+            + ":\n    - "
+            + "\n    - ".join(refusals),
             "see each file above",
         )
     written = []
@@ -221,25 +287,32 @@ def revert(sglang_dir) -> dict:
             f"reverting failed while writing ({err}); " + ("; ".join(restored) or "no file was changed"),
             "fix the cause (disk space, permissions, read-only file system) and run revert again",
         ) from err
-    removed = store.remove_state_dir(tree.sglang_dir)
+    removed = not left and store.remove_state_dir(tree.sglang_dir)
+    message = f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert"
+    if left:
+        message += (
+            "; NOT complete, left as is: " + "; ".join(left) + ". Reinstall SGLang's file(s) "
+            "(pip install --force-reinstall --no-deps sglang==<release>); the record folder "
+            f"{store.state_dir(tree.sglang_dir)} is kept (it may hold the saved pristine copies)"
+        )
     return {
         "action": "revert",
         "sglang_dir": str(tree.sglang_dir),
-        "changed": bool(restores) or removed,
+        "changed": bool(restores) or removed or bool(leftovers),
+        "complete": not left,
         "removed_state_dir": removed,
+        "leftovers_removed": leftovers,
         "state_dir": str(store.state_dir(tree.sglang_dir)),
         "files": [
             {"relpath": rel, "action": action, "source": source} for rel, (action, source) in actions.items()
         ],
-        "message": (
-            f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert"
-        ),
+        "message": message + _leftovers_note(leftovers, False),
     }
 
 
 def diff(sglang_dir) -> str:
     """The unified diff from each file's pristine bytes (saved copy, else reconstructed) to the file now."""
-    tree = _Tree(sglang_dir)
+    tree = _Tree(_existing_dir(sglang_dir))
     chunks = []
     for f in tree.files:
         if f.data is None:
@@ -260,8 +333,10 @@ def diff(sglang_dir) -> str:
 
 def status(sglang_dir) -> dict:
     """The state of each file and of the installation as a whole (schema in the CLI's `status --help`;
-    the CLI adds `kernels`)."""
-    tree = _Tree(sglang_dir)
+    the CLI adds `kernels`). Reports the record folder's problem instead of refusing on it, so it can
+    show what is wrong; the temp files of a killed run (`leftovers`) and the holder of the lock, if a
+    patcher runs now (`locked_by`)."""
+    tree = _Tree(_existing_dir(sglang_dir), record_must_be_usable=False)
     states = {f.state for f in tree.files}
     overall = states.pop() if len(states) == 1 else ("mixed" if states == {PRISTINE, PATCHED} else "unknown")
     return {
@@ -270,7 +345,12 @@ def status(sglang_dir) -> dict:
         "state": overall,
         "release": tree.release,
         "declared_version": tree.declared,
-        "unverified": any(f.unverified for f in tree.files),
+        "unverified": any(f.unverified for f in tree.files) or bool(tree.fingerprint),
+        "fingerprint_mismatches": [m.as_json() for m in tree.fingerprint],
+        "unverified_files": tree.unverified_files(),
+        "release_label": tree.release_label(),
+        "leftovers": [str(p) for p in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)],
+        "locked_by": lock.holder(tree.sglang_dir) or None,
         "overlay_version": replayssm_overlay.__version__,
         "manifest_path": str(store.manifest_path(tree.sglang_dir)),
         "manifest": tree.manifest,
@@ -282,13 +362,10 @@ def status(sglang_dir) -> dict:
 class _Tree:
     """One look at an installation: the three files' states, the manifest, the release they make up."""
 
-    def __init__(self, sglang_dir):
-        self.sglang_dir = pathlib.Path(sglang_dir).resolve()
-        if not self.sglang_dir.is_dir():
-            raise OverlayError(
-                f"{self.sglang_dir} is not a directory",
-                "pass the `sglang` package directory (the folder that holds srt/)",
-            )
+    def __init__(self, sglang_dir: pathlib.Path, *, record_must_be_usable=True):
+        self.sglang_dir = sglang_dir
+        if record_must_be_usable:
+            store.check_state_dir(self.sglang_dir)
         self.manifest, self.manifest_problem = store.read_manifest(self.sglang_dir)
         self.files = [classify(self.sglang_dir, rel, self.manifest) for rel in TARGET_FILES]
         self.declared = declared_version(self.sglang_dir)
@@ -297,6 +374,22 @@ class _Tree:
         self.release = (
             self.declared if self.declared in common else max(common, key=_version_key) if common else None
         )
+        # the files the hooks rely on besides the three patched ones, where they differ from the release's
+        self.fingerprint = fingerprint.mismatches(self.sglang_dir, self.release) if self.release else []
+
+    def unverified_files(self) -> list:
+        return [f.relpath for f in self.files if f.unverified]
+
+    def release_label(self) -> str:
+        """What the messages call the installation: the release, and every file that is unverified."""
+        label = self.release or "(release unidentified)"
+        unverified = self.unverified_files()
+        if unverified:
+            label += (
+                f", UNVERIFIED: {', '.join(unverified)} (matches no known release; "
+                "accepted with --allow-unverified)"
+            )
+        return label
 
     def new_manifest(self, patched: dict, kernels) -> dict:
         files = {f.relpath: _manifest_entry(f, patched.get(f.relpath, f.data)) for f in self.files}
@@ -307,7 +400,8 @@ class _Tree:
             "release": self.release,
             "declared_sglang_version": self.declared,
             "sglang_dir": str(self.sglang_dir),
-            "unverified": any(entry["unverified"] for entry in files.values()),
+            "unverified": any(entry["unverified"] for entry in files.values()) or bool(self.fingerprint),
+            "fingerprint_mismatches": [m.as_json() for m in self.fingerprint],
             "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "files": files,
             "kernels": kernels,
@@ -336,6 +430,23 @@ def _manifest_entry(f, after: bytes) -> dict:
     }
 
 
+def _existing_dir(sglang_dir) -> pathlib.Path:
+    path = pathlib.Path(sglang_dir).resolve()
+    if not path.is_dir():
+        raise OverlayError(
+            f"{path} is not a directory",
+            "pass the `sglang` package directory (the folder that holds srt/)",
+        )
+    return path
+
+
+def _leftovers_note(leftovers: list, dry_run: bool) -> str:
+    if not leftovers:
+        return ""
+    verb = "would remove" if dry_run else "removed"
+    return f"; {verb} {len(leftovers)} temp file(s) a killed run left: " + ", ".join(leftovers)
+
+
 def _restore_written(written: list) -> list:
     """Put back the bytes each written file had before; returns what happened to each, for the message."""
     outcomes = []
@@ -349,21 +460,49 @@ def _restore_written(written: list) -> list:
 
 
 def _missing_refusal(f) -> str:
+    if f.detail != NO_FILE:
+        return (
+            f"{f.relpath}: {f.detail} ({f.path}). Move it away and reinstall SGLang's file "
+            "(pip install --force-reinstall --no-deps sglang==<release>)"
+        )
     return (
         f"{f.relpath}: {f.detail} ({f.path}). This is not an SGLang installation the overlay supports "
         f"({', '.join(RELEASES)}); pass --sglang-dir with the right `sglang` package directory, or reinstall SGLang"
     )
 
 
-def _unknown_refusal(f, declared) -> str:
+def _unknown_refusal(f, declared, likely=None) -> str:
+    """`likely`: the release the tree's other target files are, if they agree on one."""
     expected = expected_hashes(f.relpath)
-    shown = {declared: expected[declared]} if declared in expected else expected
+    named = declared if declared in expected else likely if likely in expected else None
+    shown = {named: expected[named]} if named else dict(reversed(list(expected.items())))
     return (
         f"{f.relpath}: sha256 {f.sha256} matches no known release (expected "
         + ", ".join(f"{sha} for SGLang {release}" for release, sha in shown.items())
         + f"; the installation declares version {declared or 'unknown'}). Reinstall the pristine file "
         f"(pip install --force-reinstall --no-deps sglang=={next(iter(shown))}), or, if you have checked "
         "that this content is compatible, rerun with --allow-unverified"
+    )
+
+
+def _fingerprint_refusal(release: str, mismatches: list) -> str:
+    return (
+        f"the three patched files are SGLang {release}'s, but files whose behaviour the overlay's hooks rely "
+        f"on are not: " + "; ".join(m.describe(release) for m in mismatches) + ". Reinstall SGLang "
+        f"(pip install --force-reinstall --no-deps sglang=={release}), or, if you have checked that the "
+        "changed files keep what the hooks rely on (patcher/releases.py says what each file is for), rerun "
+        "with --allow-unverified: it is recorded in the manifest and `verify` then needs it too"
+    )
+
+
+def _likeness_line(tree) -> str:
+    observed = {f.relpath: (f.base_sha256 if f.data is not None else None) for f in tree.files}
+    like = fingerprint.closest_release(tree.sglang_dir, observed, tree.declared)
+    return (
+        f"this tree (declared version {tree.declared or 'unknown'}) is none of the supported releases "
+        f"({', '.join(RELEASES)}): {like.describe()}. A release between the supported ones, a nightly or "
+        "a tree whose hook structure moved needs its own entry in patcher/releases.py (and checked hooks); "
+        "--allow-unverified patches it anyway where the hook points are found, recorded as unverified"
     )
 
 

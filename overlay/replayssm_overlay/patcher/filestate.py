@@ -2,18 +2,23 @@
 
 The answer comes from the bytes alone (hashes against the release table, the marked lines), so it holds
 even when the manifest is gone; the manifest is consulted only to accept a patch that was made with
-`--allow-unverified` over a base no release knows.
+`--allow-unverified` over a base no release knows. A target that is not a file (a directory in its
+place, a file where one of its folders should be) is "missing" with a detail that says which; one that
+cannot be read is a refusal naming the path (`OverlayError`), not a guess.
 """
 
 import pathlib
 from dataclasses import dataclass, field
 
 from replayssm_overlay.cliutil import sha256_bytes
+from replayssm_overlay.errors import from_os_error
 from replayssm_overlay.patcher.edits import has_marks, patch_source, unpatch_source
 from replayssm_overlay.patcher.hookpoints import HookPointError
 from replayssm_overlay.patcher.releases import releases_with
 
 PRISTINE, PATCHED, UNKNOWN, MISSING = "pristine", "patched", "unknown", "missing"
+NO_FILE = "the file does not exist"
+A_DIRECTORY = "a directory is where the file should be"
 
 
 @dataclass
@@ -54,8 +59,14 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
     path = sglang_dir / relpath
     try:
         data = path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError):
-        return FileState(relpath, path, MISSING, detail="the file does not exist")
+    except FileNotFoundError:
+        return FileState(relpath, path, MISSING, detail=NO_FILE)
+    except IsADirectoryError:
+        return FileState(relpath, path, MISSING, detail=A_DIRECTORY)
+    except NotADirectoryError:
+        return FileState(relpath, path, MISSING, detail="a part of its path is a file, not a folder")
+    except OSError as err:
+        raise from_os_error(err, f"read {relpath},", path) from err
     current = sha256_bytes(data)
     if not has_marks(data):
         releases = frozenset(releases_with(relpath, current))

@@ -11,7 +11,8 @@ The three hook points (the hook ABI and the exact inserted lines: `replayssm_ove
     KDA-only error. Its test `T` (a parenthesised multi-line condition) becomes
     `(T) and _rso_hooks.keep_kda_only_guard(self)`, so SGLang's own condition is evaluated first and the
     hook is asked only when stock SGLang is about to refuse.
-  * DFLASH: first in the body of `DFlashWorkerV2._update_target_mamba_state_after_verify`.
+  * DFLASH: first in the body of `DFlashWorkerV2._update_target_mamba_state_after_verify` (0.5.19's
+    signature, or 0.5.20's keyword-only one that adds `seq_lens_post_verify`, passed on by name).
   * DSPARK: first in the body of `DSparkWorkerV2._commit_target_mamba_states_after_verify`.
 """
 
@@ -64,14 +65,17 @@ def configurator_insertions(tree: ast.Module, lines: list) -> list:
     ]
 
 
-def commit_hook_insertions(tree, lines, class_name, method_name, params, hook_name) -> list:
-    """Lines that hand the method's arguments to `hooks.<hook_name>` and return if it committed."""
+def commit_hook_insertions(tree, lines, class_name, method_name, signatures, hook_name) -> list:
+    """Lines that hand the method's arguments to `hooks.<hook_name>` and return if it committed.
+    `signatures`: the method's parameter names in each known release -> the hook call's arguments."""
     method = _method(tree, class_name, method_name)
     args = method.args
-    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
-    if names != list(params) or args.vararg or args.kwarg:
+    names = tuple(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs)
+    if names not in signatures or args.vararg or args.kwarg:
         raise HookPointError(
-            f"{class_name}.{method_name}: expected parameters ({', '.join(params)}), found ({_signature(args)})"
+            f"{class_name}.{method_name}: expected parameters "
+            + " or ".join(f"({', '.join(known)})" for known in signatures)
+            + f", found ({_signature(args)})"
         )
     body = method.body[1:] if _is_docstring(method.body[0]) else method.body
     if not body:
@@ -84,7 +88,7 @@ def commit_hook_insertions(tree, lines, class_name, method_name, params, hook_na
     unit = indent[len(def_indent) :]
     if not indent.startswith(def_indent) or not unit:
         raise HookPointError(f"{class_name}.{method_name}: its body is not indented below its `def`")
-    call = f"_rso_hooks.{hook_name}({', '.join(params)})".encode()
+    call = f"_rso_hooks.{hook_name}({signatures[names]})".encode()
     return [
         Insertion(
             _first_line(first),
@@ -99,7 +103,14 @@ def dflash_insertions(tree, lines):
         lines,
         "DFlashWorkerV2",
         "_update_target_mamba_state_after_verify",
-        ("self", "batch", "seq_lens_pre_verify", "commit_lens"),
+        {
+            # 0.5.19: no post-verify lengths (the overlay computes pre + commit lengths)
+            ("self", "batch", "seq_lens_pre_verify", "commit_lens"): "self, batch, seq_lens_pre_verify, commit_lens",
+            # 0.5.20 on: keyword-only, with the post-verify lengths
+            ("self", "batch", "seq_lens_pre_verify", "seq_lens_post_verify", "commit_lens"): (
+                "self, batch, seq_lens_pre_verify, commit_lens, seq_lens_post_verify=seq_lens_post_verify"
+            ),
+        },
         "dflash_commit",
     )
 
@@ -110,7 +121,11 @@ def dspark_insertions(tree, lines):
         lines,
         "DSparkWorkerV2",
         "_commit_target_mamba_states_after_verify",
-        ("self", "batch", "seq_lens_pre_verify", "seq_lens_post_verify", "commit_lens"),
+        {
+            ("self", "batch", "seq_lens_pre_verify", "seq_lens_post_verify", "commit_lens"): (
+                "self, batch, seq_lens_pre_verify, seq_lens_post_verify, commit_lens"
+            ),
+        },
         "dspark_commit",
     )
 

@@ -4,14 +4,18 @@ The record lives NEXT TO the package, not inside it, so reinstalling SGLang does
 and the package directory holds only SGLang's own files plus our marked lines:
 `<site-packages>/sglang-replayssm-overlay/manifest.json` and `.../pristine/<relpath>` (exact copies of
 the files as they were before the patch). Writes go through `replayssm_overlay.cliutil.atomic_write`
-(temp file, fsync, os.replace, permissions kept).
+(temp file, fsync, os.replace, permissions kept); a run killed between the temp file and the rename
+leaves the temp file, which `leftover_temp_files` finds and `remove_leftovers` deletes on the next run.
+A record path that is not what it should be (the folder a regular file, a saved copy a directory, an
+unreadable file) is a refusal that names the path, never a traceback.
 """
 
 import json
 import pathlib
 import shutil
 
-from replayssm_overlay.cliutil import atomic_write, atomic_write_json
+from replayssm_overlay.cliutil import TEMP_SUFFIX, atomic_write, atomic_write_json, temp_files_of
+from replayssm_overlay.errors import OverlayError, from_os_error
 
 STATE_DIR_NAME = "sglang-replayssm-overlay"
 MANIFEST_SCHEMA = 1
@@ -29,9 +33,31 @@ def pristine_copy_path(sglang_dir: pathlib.Path, relpath: str) -> pathlib.Path:
     return state_dir(sglang_dir) / "pristine" / relpath
 
 
+def state_dir_problem(sglang_dir: pathlib.Path):
+    """Why the record folder cannot be used (it exists but is not a folder), or None."""
+    path = state_dir(sglang_dir)
+    if path.is_dir() or not (path.exists() or path.is_symlink()):
+        return None
+    return f"{path} is a file, not the folder where replayssm-overlay keeps its record"
+
+
+def check_state_dir(sglang_dir: pathlib.Path) -> None:
+    """Refuse (naming the path and the fix) if the record folder exists but is not a folder."""
+    problem = state_dir_problem(sglang_dir)
+    if problem:
+        raise OverlayError(
+            problem,
+            f"move it away (mv {state_dir(sglang_dir)} {state_dir(sglang_dir)}.moved), then run the command "
+            "again; the patcher recognises patched files from their bytes and rewrites the record on apply",
+        )
+
+
 def read_manifest(sglang_dir: pathlib.Path):
     """(manifest dict or None, problem text or None): None/None when there is no manifest."""
     path = manifest_path(sglang_dir)
+    problem = state_dir_problem(sglang_dir)
+    if problem:
+        return None, problem
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
@@ -50,10 +76,20 @@ def write_manifest(sglang_dir: pathlib.Path, manifest: dict) -> None:
 
 
 def read_pristine_copy(sglang_dir: pathlib.Path, relpath: str):
+    """The saved pristine bytes of `relpath`, None if none was saved; refuses a copy it cannot read."""
+    path = pristine_copy_path(sglang_dir, relpath)
     try:
-        return pristine_copy_path(sglang_dir, relpath).read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         return None
+    except IsADirectoryError as err:
+        raise OverlayError(
+            f"{path} is a directory, where the saved pristine copy of {relpath} should be a file",
+            f"move it away (mv {path} {path}.moved), then run the command again; revert can rebuild the "
+            "pristine bytes from the patched file and checks them before writing",
+        ) from err
+    except OSError as err:
+        raise from_os_error(err, f"read the saved pristine copy of {relpath},", path) from err
 
 
 def save_pristine_copy(sglang_dir: pathlib.Path, relpath: str, data: bytes) -> None:
@@ -66,7 +102,10 @@ def remove_state_dir(sglang_dir: pathlib.Path) -> bool:
     path = state_dir(sglang_dir)
     if not path.exists():
         return False
-    shutil.rmtree(path)
+    try:
+        shutil.rmtree(path)
+    except OSError as err:
+        raise from_os_error(err, "remove the record folder", err.filename or path) from err
     return True
 
 
@@ -78,3 +117,28 @@ def write_module(path: pathlib.Path, data: bytes) -> None:
     for cached in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
         cached.unlink(missing_ok=True)
 
+
+def leftover_temp_files(sglang_dir: pathlib.Path, relpaths) -> list:
+    """Temp files a killed run of the patcher left: beside each target file, and anywhere in the record
+    folder. Only names `atomic_write` makes are matched, so nothing of SGLang's is ever listed."""
+    found = []
+    for relpath in relpaths:
+        found.extend(temp_files_of(sglang_dir / relpath))
+    record = state_dir(sglang_dir)
+    if record.is_dir():
+        found.extend(p for p in sorted(record.rglob(f".*{TEMP_SUFFIX}")) if p.is_file() and not p.is_symlink())
+    return found
+
+
+def remove_leftovers(sglang_dir: pathlib.Path, relpaths) -> list:
+    """Delete `leftover_temp_files`; returns the paths removed (as strings, for the report)."""
+    removed = []
+    for path in leftover_temp_files(sglang_dir, relpaths):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise from_os_error(err, "remove the leftover temp file", path) from err
+        removed.append(str(path))
+    return removed
