@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import threading
 import time
@@ -306,17 +307,29 @@ def test_dead_new_container_stops_the_wait_at_once_and_keeps_its_log(fleet, save
 
 
 def test_failed_distribute_on_one_node_leaves_no_staged_tarball_anywhere(fleet, saved_images, tmp_path):
+    """node3's copy fails while node1 copies the same tarball in the same task (node1 first drops v2 and
+    the containers kept on it, so that it must copy): node1 still loads and removes its staged tarball,
+    and the run stops before any restart."""
     v2 = saved_images["v2"]
+    node1, node3 = fleet.nodes[0], fleet.nodes[2]
+    for name, container in node1.containers().items():
+        if container["image"] == v2.image_id and name != SERVICE:
+            node1.dockerd.docker("rm", "-f", name)
+    node1.dockerd.docker("rmi", v2.image_id, check=False)
+    assert node3.dockerd.docker("image", "inspect", v2.image_id, check=False).returncode != 0
     before = _running(fleet)
-    blocker = fleet.nodes[1].root / "stage-blocked"
-    blocker.write_text("a file where node2's staging folder should be\n")
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, host_overrides={
-        "node2": {"sglang_image_stage_dir": str(blocker / "stage")}})
-    result = ansible_playbook(fleet, "distribute.yml", inventory)
+    blocker = node3.root / "stage" / v2.tarball.name / "not-empty"  # rsync cannot put a file there
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a folder where node3's tarball should go\n")
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2)
+    try:
+        result = ansible_playbook(fleet, "distribute.yml", inventory)
+    finally:  # (the node's cleanup may have removed the folder at the tarball's path already)
+        shutil.rmtree(blocker.parent, ignore_errors=True)
     assert result.rc != 0
-    assert "the image did not reach node2" in " ".join(result.output.split())
+    assert "the image did not reach node3" in " ".join(result.output.split())
     for node in fleet.nodes:
-        assert not list((node.root / "stage").glob("*.tar*")), node.name
+        assert not [p for p in (node.root / "stage").glob("*.tar*") if p.is_file()], node.name
     assert _running(fleet) == before
 
 
