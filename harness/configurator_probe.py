@@ -1,4 +1,7 @@
-"""Drive the installed SGLang's (0.5.19 to 0.5.23) real `KVCacheConfigurator._build_hybrid_req_pool` for a set of model/flag cases.
+"""Drive the installed SGLang's (0.5.19 to 0.5.23) real `KVCacheConfigurator` pool builders for a set of
+model/flag cases: the hybrid request pool (`_build_hybrid_req_pool`, the one with the KDA-only guard) and
+the PD-decode pool (`_build_hybrid_mamba_decode_req_pool`, a `--disaggregation-mode decode` server, no
+guard in stock).
 
 The configurator is the real class, built around real Hugging Face config objects of SGLang's own config
 classes (a tiny Qwen3-Next and Qwen3.5 for hybrid GDN, Kimi-Linear for KDA, Falcon-H1 for a Mamba2 model
@@ -18,6 +21,7 @@ from harness.gdn_pool import TinyGDN
 
 KDA_REFUSAL = "requires a KDA"
 RAGGED_REFUSAL = "SGLANG_RAGGED_VERIFY_MODE=static"
+PD_DECODE_REFUSAL = "not served on a PD-disaggregation decode server"
 DRAFT_TOKENS = 4
 
 
@@ -113,9 +117,12 @@ class Case:
     ragged_verify_mode: str = "static"
     stock: str = "accepted"  # expected outcome: "accepted", or a substring of the refusal
     overlay: str = "accepted"
+    pd_decode: bool = False  # the PD-decode pool builder instead of the hybrid one
 
     def flags(self) -> str:
         parts = [f"--speculative-algorithm {self.algorithm}"]
+        if self.pd_decode:
+            parts.append("--disaggregation-mode decode")
         if self.replayssm_spec:
             parts.append("--enable-linear-replayssm-spec")
         if self.algorithm == "DSPARK":
@@ -146,12 +153,24 @@ CASES = (
     Case("KDA + DFLASH", "kimi-linear", "DFLASH"),
     Case("GDN + DFLASH, ReplaySSM off", "qwen3-next", "DFLASH", replayssm_spec=False),
     Case("Mamba2 (Falcon-H1) + DFLASH", "falcon-h1", "DFLASH", stock=KDA_REFUSAL, overlay=KDA_REFUSAL),
+    Case("PD decode: GDN + DFLASH", "qwen3-next", "DFLASH", pd_decode=True, overlay=PD_DECODE_REFUSAL),
+    Case("PD decode: GDN + DSPARK static", "qwen3-next", "DSPARK", pd_decode=True, overlay=PD_DECODE_REFUSAL),
+    Case(
+        "PD decode: GDN + DSPARK compact",
+        "qwen3-next",
+        "DSPARK",
+        ragged_verify_mode="compact",
+        pd_decode=True,
+        overlay=RAGGED_REFUSAL,
+    ),
+    Case("PD decode: KDA + DFLASH", "kimi-linear", "DFLASH", pd_decode=True),
+    Case("PD decode: GDN + DFLASH, ReplaySSM off", "qwen3-next", "DFLASH", replayssm_spec=False, pd_decode=True),
 )
 
 
-def probe(case: Case) -> dict:
-    """Run `_build_hybrid_req_pool` for the case; report 'accepted' (with the pool's ReplaySSM mode) or
-    'refused' (with the error type and message)."""
+def probe(case: Case, model: TinyGDN = TinyGDN()) -> dict:
+    """Run the case's pool builder for `model`'s head shapes; report 'accepted' (with the pool's ReplaySSM
+    mode) or 'refused' (with the error type and message)."""
     with published(
         case.algorithm,
         replayssm_spec=case.replayssm_spec,
@@ -159,11 +178,17 @@ def probe(case: Case) -> dict:
         max_mamba_cache_size=4,
         speculative_num_draft_tokens=DRAFT_TOKENS,
         speculative_eagle_topk=1,
+        disaggregation_mode="decode" if case.pd_decode else "null",
     ):
-        configurator = build_configurator(hf_config(case.model))  # later releases read the config here
+        configurator = build_configurator(hf_config(case.model, model))  # later releases read the config here
         try:
             with cuda_zeros_to_cpu():
-                pool = configurator._build_hybrid_req_pool(max_num_reqs=4, extra_max_context_len=0)
+                if case.pd_decode:
+                    pool = configurator._build_hybrid_mamba_decode_req_pool(
+                        max_num_reqs=4, extra_max_context_len=0, pre_alloc_size=0
+                    )
+                else:
+                    pool = configurator._build_hybrid_req_pool(max_num_reqs=4, extra_max_context_len=0)
         except Exception as error:
             return {"outcome": "refused", "error": type(error).__name__, "message": str(error)}
     mamba_pool = pool.mamba_pool

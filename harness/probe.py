@@ -4,18 +4,44 @@
 end-to-end tests run it once with PYTHONPATH pointing at a pristine copy of the installed SGLang (stock
 behaviour) and once at a patched copy (the overlay's behaviour). Each SGLang import costs seconds, so
 one process does every case. It counts how often the patched configurator asks the overlay's guard hook
-(never, for combinations stock SGLang accepts).
+(never, for combinations stock SGLang accepts), and reports every log line that names the overlay.
+Where `replayssm_overlay` cannot be imported (a test hides it) it reports that, and runs what needs
+only SGLang: the patched files must then behave as stock ones.
 """
 
 import argparse
 import json
+import logging
 import sys
 import time
 import warnings
 
 
+class _OverlayLines(logging.Handler):
+    """Collects every log record whose message names the overlay, from any logger."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if "replayssm-overlay" in message or record.name.startswith("replayssm_overlay"):
+            self.lines.append({"logger": record.name, "level": record.levelname, "message": message})
+
+
+def _overlay_importable() -> bool:
+    try:
+        import replayssm_overlay.hooks  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _count_guard_calls() -> dict:
-    """Wrap the guard hook the patched configurator calls, counting its calls."""
+    """Wrap the guard hook the patched configurator calls, counting its calls (None: no overlay)."""
+    if not _overlay_importable():
+        return {"calls": None}
     from replayssm_overlay import hooks
 
     counter = {"calls": 0}
@@ -29,15 +55,17 @@ def _count_guard_calls() -> dict:
     return counter
 
 
-def probe_configurator(progress) -> list:
+def probe_configurator(progress, model) -> list:
+    """Every configurator case, with the cycle's model: a lifted refusal runs the node's self-check of the
+    fold on that model's head shapes, and its outcome holds for the commits that follow."""
     from harness.configurator_probe import CASES, probe
 
     counter = _count_guard_calls()
     results = []
     for case in CASES:
         progress(f"configurator: {case.name}")
-        counter["calls"] = 0
-        result = probe(case)
+        counter["calls"] = 0 if counter["calls"] is not None else None
+        result = probe(case, model)
         results.append(
             {"case": case.name, "flags": case.flags(), **result, "guard_hook_calls": counter["calls"]}
         )
@@ -117,6 +145,9 @@ def main(argv=None) -> int:
             print(f"  .. {line}", file=sys.stderr, flush=True)
 
     warnings.filterwarnings("ignore")  # SGLang's CPU import warnings and numpy overflow on padded rows
+    overlay_lines = _OverlayLines()
+    logging.getLogger().addHandler(overlay_lines)
+    logging.getLogger().setLevel(logging.INFO)
     started = time.monotonic()
     progress("importing sglang (a few seconds)")
     from harness import on_cpu
@@ -124,9 +155,13 @@ def main(argv=None) -> int:
     on_cpu.prepare()
     import sglang
 
-    report = {"sglang": sglang.__file__.rsplit("/", 1)[0]}
+    from harness.gdn_pool import TinyGDN
+
+    importable = _overlay_importable()
+    report = {"sglang": sglang.__file__.rsplit("/", 1)[0], "overlay_importable": importable}
+    model = TinyGDN(head_k_dim=args.head_k_dim)
     if args.part in ("all", "configurator"):
-        report["configurator"] = probe_configurator(progress)
+        report["configurator"] = probe_configurator(progress, model)
     report["protocol"] = pool_protocol()
     if args.part in ("all", "cycle") and report["protocol"] == "ring":
         from harness.ring_cycle import RING_ERROR_BOUND, RING_MODEL
@@ -135,15 +170,18 @@ def main(argv=None) -> int:
         report["ring_error_bound"] = RING_ERROR_BOUND
         report["ring_cycle"] = probe_ring_cycle(progress, args.seed, args.ring_scenarios)
     elif args.part in ("all", "cycle"):
-        from harness.gdn_pool import TinyGDN
-
-        model = TinyGDN(head_k_dim=args.head_k_dim)
         report["model"] = model.describe()
         report["cycle"] = probe_cycle(progress, args.seed, model)
-        report["dflash_track_steps"] = probe_dflash_track_steps()
-        from replayssm_overlay import fold
+        if importable:
+            report["dflash_track_steps"] = probe_dflash_track_steps()
+            from replayssm_overlay import fold
 
-        report["fold"] = fold.describe()  # after the commits: the fold the overlay actually used
+            report["fold"] = fold.describe()  # after the commits: the fold the overlay actually used
+    if importable:
+        from replayssm_overlay import selfcheck
+
+        report["selfcheck"] = selfcheck.read_records()
+    report["overlay_log"] = overlay_lines.lines
     report["seconds"] = round(time.monotonic() - started, 1)
     json.dump(report, sys.stdout)
     print()

@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.selfcheck import ENV_RECORD_DIR
 
 SUPPORTED_RELEASE = "0.5.19"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -71,10 +72,19 @@ def apply_overlay(sglang_dir: pathlib.Path) -> dict:
 FOLD_VARIABLE = "RSO_FOLD"  # the overlay's fold choice (replayssm_overlay.fold): auto, overlay, sglang
 
 
-def probe_env(sglang_dir: pathlib.Path, fold: str | None = None) -> dict:
+UNIMPORTABLE_OVERLAY = 'raise ImportError("replayssm_overlay hidden by the test (planted package)")\n'
+
+
+def probe_env(sglang_dir: pathlib.Path, fold: str | None = None, overlay_importable: bool = True) -> dict:
     """The environment of a subprocess that imports the copy's sglang and this tree's packages; `fold`
-    (if given) sets the overlay's fold choice."""
-    paths = [
+    (if given) sets the overlay's fold choice. With `overlay_importable=False` a planted
+    `replayssm_overlay` package that raises ImportError shadows the real one (next to the copy).
+    Self-check records go next to the copy (`selfcheck.ENV_RECORD_DIR`), which is deleted with it."""
+    hidden = sglang_dir.parent / "overlay-hidden"
+    if not overlay_importable:
+        (hidden / "replayssm_overlay").mkdir(parents=True, exist_ok=True)
+        (hidden / "replayssm_overlay" / "__init__.py").write_text(UNIMPORTABLE_OVERLAY)
+    paths = ([] if overlay_importable else [str(hidden)]) + [
         str(sglang_dir.parent),
         str(REPO_ROOT / "overlay"),
         str(REPO_ROOT / "smoke_tests"),
@@ -84,6 +94,7 @@ def probe_env(sglang_dir: pathlib.Path, fold: str | None = None) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TRITON_INTERPRET"] = "1"
+    env[ENV_RECORD_DIR] = str(sglang_dir.parent / "rso-state")
     if fold is not None:
         env[FOLD_VARIABLE] = fold
     return env
@@ -98,6 +109,7 @@ def run_probe(
     fold: str | None = None,
     head_k_dim: int | None = None,
     ring_scenarios: str | None = None,
+    overlay_importable: bool = True,
 ) -> dict:
     """Run `python -m harness.probe` against the copy at `sglang_dir`; returns its JSON report.
 
@@ -111,7 +123,7 @@ def run_probe(
         command += ["--ring-scenarios", ring_scenarios]
     completed = subprocess.run(
         command,
-        env=probe_env(sglang_dir, fold),
+        env=probe_env(sglang_dir, fold, overlay_importable),
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,

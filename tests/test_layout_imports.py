@@ -23,6 +23,8 @@ RUN_TIME = (
     "replayssm_overlay.hooks",
     "replayssm_overlay.hooks.commit",
     "replayssm_overlay.hooks.configurator",
+    "replayssm_overlay.hooks.unserved_pools",
+    "replayssm_overlay.selfcheck",
     "replayssm_overlay.fold",
     "replayssm_overlay.kernels.loader",
     "replayssm_overlay.kernels.gdn_fold",

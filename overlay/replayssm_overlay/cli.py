@@ -17,7 +17,7 @@ import argparse
 import sys
 
 import replayssm_overlay
-from replayssm_overlay import fold, patcher
+from replayssm_overlay import fold, patcher, selfcheck
 from replayssm_overlay.aot.cli import add_build
 from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
 from replayssm_overlay.errors import OverlayError, from_os_error
@@ -57,6 +57,12 @@ JSON (--json), schema 1:
   manifest          the manifest's content, or null
   manifest_problem  why the manifest could not be read, or null
   kernels           replayssm_overlay.fold.describe(): the fold kernel in use
+  selfcheck[]       one per serving process that ran the check before serving
+                    (newest first; records in $RSO_STATE_DIR, default
+                    <tmp>/replayssm-overlay): pid, alive, time, outcome (passed
+                    | mismatch | error | not-covered | sglang-fold), detail,
+                    seed, geometry, fold (the fold it commits with after the
+                    check), seconds, path; or problem (an unreadable record)
   files[]           one per target file: relpath, path, state (pristine |
                     patched | unknown | missing), sha256 (now, or null),
                     pristine_sha256 (the base, if it can be restored exactly),
@@ -245,6 +251,7 @@ def _diff(args) -> int:
 def _status(args) -> int:
     result = patcher.status(_target(args))
     result["kernels"] = fold.describe()
+    result["selfcheck"] = selfcheck.read_records()
     kernels = ", ".join(f"{k}={v}" for k, v in result["kernels"].items())
     rows = [("FILE", "STATE", "RELEASE", "SHA256")] + [
         (
@@ -267,10 +274,24 @@ def _status(args) -> int:
         + "".join(f"\nleftover: {path} (a temp file of a killed run; apply or revert removes it)"
                   for path in result["leftovers"])
         + (f"\nlocked:   a patcher run holds the lock now: {result['locked_by']}" if result["locked_by"] else "")
-        + f"\n\n{table}"
+        + "\n" + _selfcheck_lines(result["selfcheck"])
+        + f"\n{table}"
     )
     _report(args, result, text)
     return EXIT_OK
+
+
+def _selfcheck_lines(records: list) -> str:
+    if not records:
+        return f"selfcheck: no serving process has run it (records in {selfcheck.record_dir()})\n"
+    lines = []
+    for r in records:
+        if "problem" in r:
+            lines.append(f"selfcheck: {r['path']}: {r['problem']}")
+        else:
+            state = "running" if r["alive"] else "exited"
+            lines.append(f"selfcheck: pid {r['pid']} ({state}): {r['outcome']}, fold {r['fold']['fold']}: {r['detail']}")
+    return "\n".join(lines) + "\n"
 
 
 def _target(args):

@@ -73,7 +73,8 @@ def _decide():
     return "sglang", f"no usable prebuilt overlay kernels ({why}); {ENV_FOLD}=overlay would JIT-compile them", None
 
 
-def _chosen():
+def chosen():
+    """(kind, reason, checked loader.ArtifactSet or None): the fold this process uses, decided once."""
     global _choice
     if _choice is None:
         with _lock:
@@ -81,6 +82,23 @@ def _chosen():
                 _choice = _decide()
                 logger.info("ReplaySSM GDN fold: %s (%s)", _choice[0], _choice[1])
     return _choice
+
+
+def fall_back_to_sglang(reason: str) -> None:
+    """SGLang's commit for every call of this process from now on (the node's self-check before serving
+    found the overlay's fold wrong or unchecked: `selfcheck.py`); logged once, with the reason."""
+    global _choice
+    with _lock:
+        _choice = ("sglang", reason, None)
+        _plans.clear()
+    logger.warning("ReplaySSM GDN fold: switching to SGLang's commit for this process: %s", reason)
+
+
+def kernel_source(kernels):
+    """The launch source of the chosen overlay fold: prebuilt binaries, or Triton's JIT (None)."""
+    from replayssm_overlay.kernels import launch
+
+    return launch.JitKernels() if kernels is None else launch.PrebuiltKernels(kernels)
 
 
 class _Refusal:
@@ -97,12 +115,6 @@ class _Refusal:
 _plans = {}  # (id(spec_state), batch, has_track) -> CommitPlan or _Refusal
 _fallbacks = {}  # shape key -> {"shape", "reason", "calls"}: the calls SGLang's commit ran instead
 MAX_PLANS = 256  # batch sizes x track choice x pools; beyond, the oldest plan is dropped
-
-
-def _kernel_source(kernels):
-    from replayssm_overlay.kernels import launch
-
-    return launch.JitKernels() if kernels is None else launch.PrebuiltKernels(kernels)
 
 
 def fallback_dir() -> str:
@@ -176,7 +188,7 @@ def _plan(key, spec_state, batch, has_track, kernels):
         if plan is not None and plan.matches(spec_state):
             return plan
         try:
-            plan = commit_plan.CommitPlan(spec_state, batch, has_track, _kernel_source(kernels))
+            plan = commit_plan.CommitPlan(spec_state, batch, has_track, kernel_source(kernels))
         except refusals as err:  # raised before anything was launched
             plan = _Refusal(_shape_key(spec_state, batch, has_track), spec_state)
             plan.reason = str(err)
@@ -210,7 +222,7 @@ def fold_accepted_prefix(
     """Commit the accepted prefixes (see the module docstring). `last_correct_step_indices` must be
     `accept_lens - 1` (the contract of SGLang's commit); None: computed here only if SGLang's commit runs
     (the overlay's conv rollback reads `accept_lens - 1` on the GPU)."""
-    kind, _reason, kernels = _chosen()
+    kind, _reason, kernels = chosen()
     has_track = mamba_track_indices is not None and mamba_steps_to_track is not None
     if kind != "sglang":
         batch = len(state_batch_indices)
@@ -256,9 +268,10 @@ def fallbacks() -> list:
 
 
 def describe() -> dict:
-    """Which fold the commit path uses on this node, and why. Cheap (imports no torch or triton): once a
-    commit has run it reports that decision; before, what the settings and artifact folder point to
-    (the node checks -- Triton version, GPU arch, checksums -- run at the first commit). `fallbacks`: the
+    """Which fold the commit path uses on this node, and why. Cheap (imports no torch or triton): once
+    decided (by the self-check when a server builds its pool, or the first commit) it reports that
+    decision; before, what the settings and artifact folder point to (the node checks -- Triton
+    version, GPU arch, checksums -- run at that decision). `fallbacks`: the
     shapes this process ran SGLang's commit for; `fallbacks_recorded`: those of every live serving
     process on this node (`fallback_dir()`), which is what `status --json` shows."""
     return {**_describe_choice(), "fallbacks_recorded": recorded_fallbacks()}
@@ -278,7 +291,7 @@ def _describe_choice() -> dict:
     folder = loader.artifact_dir()
     if (folder / "manifest.json").is_file():
         return {"fold": "overlay-prebuilt", "decided": False,
-                "reason": f"prebuilt kernels in {folder}, checked against this node at the first commit"}
+                "reason": f"prebuilt kernels in {folder}, checked against this node when a server builds its pool"}
     why = f"no prebuilt kernels in {folder}"
     if mode == "overlay":
         return {"fold": "overlay-jit", "reason": f"{ENV_FOLD}=overlay and {why}", "decided": False}

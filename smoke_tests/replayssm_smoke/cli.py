@@ -15,7 +15,7 @@ import time
 
 from replayssm_overlay.cliutil import EXIT_OK, EXIT_USAGE, print_json
 
-from . import __version__, acceptance, exactness, gates, golden, metrics, report, runner, server, thresholds
+from . import __version__, acceptance, exactness, gates, golden, metrics, parity_mode, report, runner, server, thresholds
 from .errors import SmokeEnvironmentError
 from .prompts import load_prompts
 
@@ -25,7 +25,8 @@ EPILOG = """\
 examples:
   replayssm-smoke --target http://node1:30000
   replayssm-smoke --target http://node1:30000 --reference http://node1:30001 --out smoke-node1
-  replayssm-smoke --target http://ref:30000 --record golden.json      # record once, from a non-spec server
+      # node1:30001 = the same command line without --enable-linear-replayssm-spec: strict parity
+  replayssm-smoke --target http://ref:30000 --record golden.json      # record once, from a reference server
   replayssm-smoke --target http://node1:30000 --golden golden.json --json
 
 exit codes: 0 every gate passed, 1 a gate failed, 2 usage or environment error
@@ -43,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--target", required=True, metavar="URL", help="the speculative SGLang server, http://HOST:PORT")
     side = p.add_mutually_exclusive_group()
-    side.add_argument("--reference", metavar="URL", help="the same model served without speculation (parity, speedup)")
+    side.add_argument("--reference", metavar="URL",
+                      help="the same model served with the target's algorithm and ReplaySSM off (strict parity), "
+                           "or without speculation (tie-aware parity, speedup)")
     side.add_argument("--golden", metavar="FILE", help="parity against outputs recorded earlier with --record")
     side.add_argument("--record", metavar="FILE",
                       help="only record the target's greedy outputs to FILE (speculation not required) and exit")
@@ -63,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-logprobs", type=int, default=5, help="top-k logprobs asked for when re-scoring (>= 2)")
     p.add_argument("--require-replayssm", action="store_true",
                    help="error (exit 2) unless the target runs with --enable-linear-replayssm-spec")
-    p.add_argument("--strict-parity", action="store_true", help="fail parity on any divergence, ties included")
+    p.add_argument("--parity", choices=parity_mode.CHOICES, default="auto",
+                   help="strict: fail parity on any divergence; tie-aware: a divergence at a near-tie of the "
+                        "target's logprobs is reported, not failed; auto (default): strict when the reference "
+                        "runs the target's algorithm and draft length with ReplaySSM off, else tie-aware")
+    p.add_argument("--strict-parity", dest="parity", action="store_const", const=parity_mode.STRICT,
+                   help="the same as --parity strict")
     p.add_argument("--concurrency", type=int, default=1,
                    help="requests in flight (default 1: single-stream speed, batch-invariant parity)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
@@ -128,9 +136,10 @@ def _notes(args, info: server.ServerInfo) -> list[str]:
 
 def _side_notes(side: str, other: dict, info: server.ServerInfo) -> list[str]:
     notes = []
-    if other.get("speculative_algorithm"):
-        notes.append(f"the {side} ran with speculation ({other['speculative_algorithm']}): parity then compares "
-                     "two speculative runs, not speculative against plain decoding")
+    if other.get("speculative_algorithm") and not parity_mode.same_algorithm_replayssm_off(info.summary(), other):
+        notes.append(f"the {side} ran with speculation ({other['speculative_algorithm']}, ReplaySSM "
+                     f"{'on' if other.get('enable_linear_replayssm_spec') else 'off'}) but not as the target with "
+                     "ReplaySSM off: parity compares two different speculative runs")
     if other.get("model_path") and other["model_path"] != info.model_path:
         notes.append(f"the {side} served {other['model_path']}, the target {info.model_path}")
     return notes
@@ -202,8 +211,11 @@ def run(args, progress: Progress) -> dict:
     if ref_gens:
         reference_outputs = {g.prompt.id: (g.prompt_ids, g.output_ids) for g in ref_gens}
     if reference_outputs is not None:
+        reference_server = ref_info.summary() if ref_info else golden_info["server"]
+        mode, mode_reason = parity_mode.choose(args.parity, info.summary(), reference_server)
         par = exactness.parity(gens, {t.prompt_id: t for t in tfs}, reference_outputs,
-                               "reference" if ref_info else "golden", tie_margin, args.strict_parity)
+                               "reference" if ref_info else "golden", tie_margin, mode == parity_mode.STRICT)
+        par["mode"], par["mode_reason"] = mode, mode_reason
     else:
         par = {"passed": None, "skipped": "no --reference or --golden given", "first_divergence": {}}
 

@@ -138,8 +138,8 @@ def table(report: dict) -> str:
     if par.get("skipped"):
         lines.append(f"parity: skipped ({par['skipped']})")
     elif par:
-        lines.append(f"parity vs {par['against']}: {'ok' if par['passed'] else 'FAIL'}  "
-                     f"{par['prompts_matching']}/{par['prompts']} prompts identical")
+        lines.append(f"parity vs {par['against']} ({par['mode']}: {par['mode_reason']}): "
+                     f"{'ok' if par['passed'] else 'FAIL'}  {par['prompts_matching']}/{par['prompts']} prompts identical")
         for pid, d in sorted(par["first_divergence"].items()):
             if d is not None:
                 lines.append(f"  {pid}: first divergence at {d['position']}: target {d['target_token']} reference "

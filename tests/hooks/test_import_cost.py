@@ -10,7 +10,8 @@ from harness.sandbox import REPO_ROOT
 def test_hook_modules_import_without_torch_or_sglang():
     code = (
         "import sys, replayssm_overlay.hooks, replayssm_overlay.hooks.commit, "
-        "replayssm_overlay.hooks.configurator, replayssm_overlay.hooks.ring_commit\n"
+        "replayssm_overlay.hooks.configurator, replayssm_overlay.hooks.ring_commit, "
+        "replayssm_overlay.hooks.unserved_pools, replayssm_overlay.selfcheck\n"
         "heavy = sorted(m for m in ('torch', 'triton', 'sglang') if m in sys.modules)\n"
         "print(','.join(heavy))"
     )

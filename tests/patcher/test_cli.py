@@ -103,3 +103,21 @@ def test_python_dash_m_runs_the_same_command(sglang_tree):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "pristine"
+
+
+def test_status_reports_the_self_check_another_process_ran(sglang_tree, tmp_path, capsys, monkeypatch):
+    """A serving process writes its self-check record; `status --json` (this process) reads it back."""
+    state = tmp_path / "rso-state"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "overlay"), RSO_STATE_DIR=str(state), RSO_FOLD="sglang")
+    code = ("from replayssm_overlay import selfcheck; selfcheck.check_before_serving(selfcheck.Geometry("
+            "num_v_heads=32, num_k_heads=16, head_v_dim=128, head_k_dim=128, window=16, "
+            "state_dtype='float32', ring_dtype='bfloat16'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("RSO_STATE_DIR", str(state))
+    _, status, _ = run_json(capsys, "status", "--sglang-dir", str(sglang_tree))
+    (record,) = status["selfcheck"]
+    assert record["outcome"] == "sglang-fold" and record["alive"] is False
+    assert record["fold"]["fold"] == "sglang" and record["geometry"]["window"] == 16
+    _, text, _ = run(capsys, "status", "--sglang-dir", str(sglang_tree))
+    assert f"selfcheck: pid {record['pid']} (exited): sglang-fold" in text

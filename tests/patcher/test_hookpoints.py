@@ -16,6 +16,32 @@ HOOK_CALLS = {
 }
 
 
+# the module prologue (5 lines), then: configurator guard (2) + two pool checks (2 each); commits (2)
+INSERTED_LINES = {CONFIGURATOR: 5 + 2 + 2 * 2, DFLASH_WORKER: 5 + 2, DSPARK_WORKER: 5 + 2}
+PROLOGUE_IMPORT = "from replayssm_overlay import hooks as _rso_hooks"
+
+
+def _prologue(tree: ast.Module, class_name: str) -> ast.Try:
+    """The statement right before the top-level class `class_name`: the overlay's import block."""
+    index = next(i for i, n in enumerate(tree.body) if isinstance(n, ast.ClassDef) and n.name == class_name)
+    return tree.body[index - 1]
+
+
+@pytest.mark.parametrize(
+    "relpath,class_name",
+    [(CONFIGURATOR, "KVCacheConfigurator"), (DFLASH_WORKER, "DFlashWorkerV2"), (DSPARK_WORKER, "DSparkWorkerV2")],
+)
+def test_every_file_imports_the_hooks_once_at_module_level_and_survives_a_failure(relpath, class_name,
+                                                                                  pristine_files):
+    block = _prologue(ast.parse(patch_source(relpath, pristine_files[relpath])), class_name)
+    assert isinstance(block, ast.Try) and ast.unparse(block.body[0]) == PROLOGUE_IMPORT
+    (handler,) = block.handlers
+    assert ast.unparse(handler.type) == "Exception"
+    assert ast.unparse(handler.body[0]) == "_rso_hooks = None"
+    message = handler.body[1].value.args[0].value
+    assert "not importable" in message and "fix:" in message
+
+
 def marked_lines(data: bytes) -> list:
     return [line for line in data.splitlines() if is_marked(line)]
 
@@ -25,7 +51,8 @@ def test_patch_inserts_only_marked_lines_and_compiles(relpath, pristine_files):
     pristine = pristine_files[relpath]
     patched = patch_source(relpath, pristine)
     assert unpatch_source(patched) == pristine
-    assert len(patched.splitlines()) - len(pristine.splitlines()) == len(marked_lines(patched)) == 3
+    assert len(patched.splitlines()) - len(pristine.splitlines()) == len(marked_lines(patched))
+    assert len(marked_lines(patched)) == INSERTED_LINES[relpath]
     compile(patched, relpath, "exec", dont_inherit=True)
     assert HOOK_CALLS[relpath].encode() in b"".join(marked_lines(patched))
 
@@ -38,10 +65,23 @@ def test_configurator_guard_asks_the_hook_after_the_stock_condition(pristine_fil
     guard = next(n for n in ast.walk(method) if isinstance(n, ast.If) and isinstance(n.body[0], ast.Raise))
     assert isinstance(guard.test, ast.BoolOp) and isinstance(guard.test.op, ast.And)
     stock, hook = guard.test.values
-    assert ast.unparse(hook) == "_rso_hooks.keep_kda_only_guard(self)"
+    assert ast.unparse(hook) == "_rso_hooks is None or _rso_hooks.keep_kda_only_guard(self)"
     assert "kimi_linear_config" in ast.unparse(stock)  # SGLang's own condition, intact and first
-    before_guard = method.body[method.body.index(guard) - 1]
-    assert ast.unparse(before_guard) == "from replayssm_overlay import hooks as _rso_hooks"
+
+
+@pytest.mark.parametrize(
+    "method_name,builder",
+    [("_build_hybrid_mamba_decode_req_pool", "pd_decode"), ("_init_unified_mamba_pools", "unified_memory")],
+)
+def test_unguarded_pool_builders_ask_the_overlay_first(method_name, builder, pristine_files):
+    tree = ast.parse(patch_source(CONFIGURATOR, pristine_files[CONFIGURATOR]))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KVCacheConfigurator")
+    method = next(n for n in cls.body if getattr(n, "name", None) == method_name)
+    has_docstring = isinstance(method.body[0], ast.Expr) and isinstance(method.body[0].value, ast.Constant)
+    check = method.body[1 if has_docstring else 0]
+    assert ast.unparse(check) == (
+        f"if _rso_hooks is not None:\n    _rso_hooks.refuse_unserved_pool(self, '{builder}')"
+    )
 
 
 @pytest.mark.parametrize(
@@ -65,10 +105,9 @@ def test_commit_hook_runs_first_after_the_docstring(relpath, class_name, method_
     tree = ast.parse(patch_source(relpath, pristine_files[relpath]))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     method = next(n for n in cls.body if getattr(n, "name", None) == method_name)
-    docstring, imported, hook_if = method.body[:3]
+    docstring, hook_if = method.body[:2]
     assert isinstance(docstring.value, ast.Constant)
-    assert ast.unparse(imported) == "from replayssm_overlay import hooks as _rso_hooks"
-    assert ast.unparse(hook_if.test) == call
+    assert ast.unparse(hook_if.test) == f"_rso_hooks is not None and {call}"
     assert [type(s) for s in hook_if.body] == [ast.Return] and hook_if.body[0].value is None
 
 

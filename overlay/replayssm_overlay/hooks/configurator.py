@@ -11,12 +11,17 @@ to be raised, and the answer (the same on every release) is:
   variable, because GDN's verify kernels only take the dense `[bs, N]` window;
 - anything else (no GDN model, another algorithm): keep SGLang's own error.
 
+Before lifting it, the node checks the fold it will commit with (`replayssm_overlay.selfcheck`: bitwise
+against SGLang's recurrence on a random window, or SGLang's fold for a non-fp32 state). The commit path
+is imported here, so an overlay whose commit cannot import never lifts the refusal (`hooks/__init__.py`).
+
 SGLang is imported lazily: this module is loaded on SGLang's start-up path.
 """
 
 import logging
 
 from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.hooks import commit as _commit_path  # noqa: F401 (imported to fail here, at startup)
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +29,7 @@ RAGGED_MODE_VARIABLE = "SGLANG_RAGGED_VERIFY_MODE"
 RAGGED_MODE_ALLOWED = "static"
 
 
-def _gdn_config(configurator):
+def gdn_config(configurator):
     """The hybrid GDN text config of the configurator's model, or None."""
     known = getattr(configurator, "hybrid_gdn_config", None)
     if known is not None:
@@ -34,7 +39,7 @@ def _gdn_config(configurator):
     return hybrid_gdn_config(configurator.model_config)
 
 
-def _speculative_algorithm() -> str:
+def speculative_algorithm() -> str:
     from sglang.srt.runtime_context import get_spec
 
     return (get_spec().speculative_algorithm or "").upper()
@@ -46,7 +51,7 @@ def _ragged_verify_mode() -> str:
     return read_ragged_verify_mode().value
 
 
-def _require_static_ragged_verify() -> None:
+def require_static_ragged_verify() -> None:
     mode = _ragged_verify_mode()
     if mode != RAGGED_MODE_ALLOWED:
         raise OverlayError(
@@ -59,19 +64,22 @@ def _require_static_ragged_verify() -> None:
 
 
 def keep_kda_only_guard(configurator) -> bool:
-    gdn_config = _gdn_config(configurator)
-    if gdn_config is None:
+    model_config = gdn_config(configurator)
+    if model_config is None:
         return True
-    algorithm = _speculative_algorithm()
+    algorithm = speculative_algorithm()
     if algorithm not in ("DFLASH", "DSPARK"):
         return True
     if algorithm == "DSPARK":
-        _require_static_ragged_verify()
+        require_static_ragged_verify()
+    from replayssm_overlay import selfcheck
+
+    selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator))
     logger.info(
         "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; "
         "the overlay commits the accepted prefix (raw-window fold; on a circular-ring pool, SGLang's MTP "
         "commit)",
         algorithm,
-        type(gdn_config).__name__,
+        type(model_config).__name__,
     )
     return False

@@ -1,19 +1,28 @@
 """Where the overlay's lines go in each target file, found by structure (Python `ast`), never by line
-numbers or surrounding text.
+numbers or surrounding text, and what those lines are (the templates below).
 
 Each finder takes the parsed pristine file and its lines (bytes, terminators kept) and returns the
 `Insertion`s to make: whole new lines, placed before an existing line, at the indentation of the code
 they join. Only whole lines are inserted, so every inserted line is ours alone, carries the marker
 comment, and removing the marked lines gives back the pristine bytes exactly (see `edits.py`).
 
-The three hook points (the hook ABI and the exact inserted lines: `replayssm_overlay/hooks/README.md`):
+Every patched file gets the same module-level prologue (`prologue_lines`), before its hooked class: it
+imports `replayssm_overlay.hooks` once, and if that fails it sets `_rso_hooks = None` and logs one error
+line saying so and how to fix it. Every call site tests `_rso_hooks` first, so with the package missing
+or broken the patched file runs exactly SGLang's own code. The hook points (the hook ABI and the exact
+inserted lines: `replayssm_overlay/hooks/README.md`):
   * configurator: in `KVCacheConfigurator._build_hybrid_req_pool`, the `if` whose body only raises the
     KDA-only error. Its test `T` (a parenthesised multi-line condition) becomes
-    `(T) and _rso_hooks.keep_kda_only_guard(self)`, so SGLang's own condition is evaluated first and the
-    hook is asked only when stock SGLang is about to refuse.
+    `(T) and (_rso_hooks is None or _rso_hooks.keep_kda_only_guard(self))`, so SGLang's own condition is
+    evaluated first and the hook is asked only when stock SGLang is about to refuse.
+  * configurator: first in the bodies of `_build_hybrid_mamba_decode_req_pool` (PD decode) and
+    `_init_unified_mamba_pools` (`--enable-unified-memory`), which build pools without that guard:
+    `refuse_unserved_pool(self, <builder>)`.
   * DFLASH: first in the body of `DFlashWorkerV2._update_target_mamba_state_after_verify` (0.5.19's
     signature, or 0.5.20's keyword-only one that adds `seq_lens_post_verify`, passed on by name).
   * DSPARK: first in the body of `DSparkWorkerV2._commit_target_mamba_states_after_verify`.
+A release whose files differ gets its own finder built from the same templates (a different class,
+method or parameter list is an argument, not a new template).
 """
 
 import ast
@@ -21,8 +30,20 @@ from dataclasses import dataclass
 
 from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
 
-IMPORT_HOOKS = b"from replayssm_overlay import hooks as _rso_hooks"
-GUARD_HOOK = b"_rso_hooks.keep_kda_only_guard(self)"
+HOOKS = b"_rso_hooks"  # the module-level name every inserted call site reads (None: the package failed)
+UNAVAILABLE_MESSAGE = (  # one Python string literal, %r is the import error
+    b'"replayssm-overlay: the replayssm_overlay package is not importable (%r), so this file runs '
+    b"SGLang's own code (DFLASH/DSPARK with --enable-linear-replayssm-spec on GDN models is refused as "
+    b"in stock SGLang); fix: install the replayssm-overlay wheel into this Python "
+    b'(pip install --no-deps replayssm_overlay-*.whl), or reinstall sglang to drop the patch"'
+)
+GUARD_HOOK = b"(" + HOOKS + b" is None or " + HOOKS + b".keep_kda_only_guard(self))"
+#: `KVCacheConfigurator` methods that build a pool without the KDA-only guard -> the builder name the
+#: hook gets (`hooks.refuse_unserved_pool`).
+UNGUARDED_POOL_BUILDERS = {
+    "_build_hybrid_mamba_decode_req_pool": "pd_decode",
+    "_init_unified_mamba_pools": "unified_memory",
+}
 # The guard is the `if` whose whole body raises an error whose message names one of these words
 # (0.5.19 says "KDA (kimi_linear)", 0.5.23 only "KDA"); more than one such `if` is refused as ambiguous.
 KDA_ERROR_WORDS = ("KDA", "kimi_linear")
@@ -40,6 +61,40 @@ class Insertion:
     lines: tuple
 
 
+def prologue_lines() -> tuple:
+    """Module level: import the hooks once; on any failure `_rso_hooks = None` and one error line."""
+    return (
+        b"try:",
+        b"    from replayssm_overlay import hooks as " + HOOKS,
+        b"except Exception as _rso_error:",
+        b"    " + HOOKS + b" = None",
+        b"    __import__('logging').getLogger(__name__).error(" + UNAVAILABLE_MESSAGE + b", _rso_error)",
+    )
+
+
+def commit_call_lines(indent: bytes, unit: bytes, hook_name: str, call_args: str) -> tuple:
+    """First in a commit method: hand its arguments to `hooks.<hook_name>`; return if it committed."""
+    call = f"{HOOKS.decode()}.{hook_name}({call_args})".encode()
+    return (indent + b"if " + HOOKS + b" is not None and " + call + b":", indent + unit + b"return")
+
+
+def pool_check_lines(indent: bytes, unit: bytes, builder: str) -> tuple:
+    """First in a pool builder without the KDA-only guard: let the overlay refuse what it does not serve."""
+    return (
+        indent + b"if " + HOOKS + b" is not None:",
+        indent + unit + HOOKS + f'.refuse_unserved_pool(self, "{builder}")'.encode(),
+    )
+
+
+def prologue_insertion(tree: ast.Module, lines: list, class_name: str) -> Insertion:
+    """The prologue, before the top-level class `class_name` (and its decorators)."""
+    cls = _class(tree, class_name)
+    _own_line_indent(lines, cls, f"class {class_name}")
+    if cls.col_offset:
+        raise HookPointError(f"class {class_name} is not at module level")
+    return Insertion(_first_line(cls), prologue_lines())
+
+
 def configurator_insertions(tree: ast.Module, lines: list) -> list:
     method = _method(tree, "KVCacheConfigurator", "_build_hybrid_req_pool")
     guards = [node for node in ast.walk(method) if isinstance(node, ast.If) and _raises_kda_only_error(node)]
@@ -50,7 +105,7 @@ def configurator_insertions(tree: ast.Module, lines: list) -> list:
         )
     guard = guards[0]
     test = guard.test
-    if_indent = _own_line_indent(lines, guard, "the KDA-only guard `if`")
+    _own_line_indent(lines, guard, "the KDA-only guard `if`")
     test_indent = lines[test.lineno - 1][: test.col_offset]
     after_test = lines[test.end_lineno - 1][test.end_col_offset :].strip()
     if test.lineno == guard.lineno or test_indent.strip() or (after_test and not after_test.startswith(b"#")):
@@ -58,11 +113,15 @@ def configurator_insertions(tree: ast.Module, lines: list) -> list:
             "KVCacheConfigurator._build_hybrid_req_pool: the KDA-only guard's condition is not laid out "
             "on lines of its own inside the `if (...)` brackets, the layout this patcher edits"
         )
-    return [
-        Insertion(guard.lineno, (if_indent + IMPORT_HOOKS,)),
+    insertions = [
+        prologue_insertion(tree, lines, "KVCacheConfigurator"),
         Insertion(test.lineno, (test_indent + b"(",)),
         Insertion(test.end_lineno + 1, (test_indent + b") and " + GUARD_HOOK,)),
     ]
+    for method_name, builder in UNGUARDED_POOL_BUILDERS.items():
+        first, indent, unit = _body_start(tree, lines, "KVCacheConfigurator", method_name)
+        insertions.append(Insertion(_first_line(first), pool_check_lines(indent, unit, builder)))
+    return insertions
 
 
 def commit_hook_insertions(tree, lines, class_name, method_name, signatures, hook_name) -> list:
@@ -77,6 +136,16 @@ def commit_hook_insertions(tree, lines, class_name, method_name, signatures, hoo
             + " or ".join(f"({', '.join(known)})" for known in signatures)
             + f", found ({_signature(args)})"
         )
+    first, indent, unit = _body_start(tree, lines, class_name, method_name)
+    return [
+        prologue_insertion(tree, lines, class_name),
+        Insertion(_first_line(first), commit_call_lines(indent, unit, hook_name, signatures[names])),
+    ]
+
+
+def _body_start(tree, lines, class_name, method_name):
+    """(first statement after the docstring, its indentation, one indentation unit) of the method."""
+    method = _method(tree, class_name, method_name)
     body = method.body[1:] if _is_docstring(method.body[0]) else method.body
     if not body:
         raise HookPointError(
@@ -88,13 +157,7 @@ def commit_hook_insertions(tree, lines, class_name, method_name, signatures, hoo
     unit = indent[len(def_indent) :]
     if not indent.startswith(def_indent) or not unit:
         raise HookPointError(f"{class_name}.{method_name}: its body is not indented below its `def`")
-    call = f"_rso_hooks.{hook_name}({signatures[names]})".encode()
-    return [
-        Insertion(
-            _first_line(first),
-            (indent + IMPORT_HOOKS, indent + b"if " + call + b":", indent + unit + b"return"),
-        )
-    ]
+    return first, indent, unit
 
 
 def dflash_insertions(tree, lines):
@@ -138,13 +201,17 @@ FINDERS = {
 }
 
 
-def _method(tree: ast.Module, class_name: str, method_name: str):
+def _class(tree: ast.Module, class_name: str) -> ast.ClassDef:
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
     if len(classes) != 1:
         raise HookPointError(f"expected one top-level class {class_name}, found {len(classes)}")
+    return classes[0]
+
+
+def _method(tree: ast.Module, class_name: str, method_name: str):
     methods = [
         n
-        for n in classes[0].body
+        for n in _class(tree, class_name).body
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == method_name
     ]
     if len(methods) != 1:

@@ -1,0 +1,341 @@
+"""The node checks, once before it serves, that the fold it chose commits bitwise what SGLang would.
+
+Why: the overlay's fold is bitwise because it writes out the reduction tree that SGLang's recurrence
+(`fused_sigmoid_gating_delta_rule_update`, the kernel verify and decode run) has under the Triton
+versions the overlay knows. Another Triton, driver or ptxas can change that kernel's tree, and the
+overlay would then commit states that differ in their last bits from stock SGLang's. So when the
+configurator lifts the KDA-only refusal (while the request pool is being built, before any request),
+`check_before_serving` folds a small random window with the chosen fold and compares it with `torch.equal`
+against that kernel replayed token by token on the same inputs. On a mismatch (or if the check cannot
+run) the process switches to SGLang's own fold (`fold.fall_back_to_sglang`) and logs an error that says
+why. The outcome is written as a small JSON record per process (`record_dir()`), which
+`replayssm-overlay status --json` reads from another process (`read_records`).
+
+Cost: one layer, two requests, the pool's own per-rank head shape, dtypes and verify window, launched
+through the server's own commit path (`kernels.commit_plan.CommitPlan`), so the prebuilt binaries are
+the ones that run (the overlay's kernels are never JIT-compiled when prebuilt ones match); the reference
+compiles SGLang's recurrence twice (ring write and decode), cached by Triton.
+A non-fp32 SSM state (`--mamba-ssm-dtype`) is not one the overlay's fold handles: SGLang's fold commits,
+said once, and there is nothing to check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ENV_RECORD_DIR = "RSO_STATE_DIR"
+RECORD_SCHEMA = 1
+REQUESTS = 2  # rows of the check's batch: one accepts the whole window, one a random shorter prefix
+CONV_DIM, CONV_WIDTH = 64, 3  # the check's conv state per slot (the commit's conv sizes are runtime values)
+
+logger = logging.getLogger("replayssm_overlay.selfcheck")
+_checked = {}  # Geometry -> its record: the check runs once per process and pool geometry
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Per-rank shapes and dtypes of the GDN ReplaySSM pool, as the fold sees them."""
+
+    num_v_heads: int  # HV
+    num_k_heads: int  # H
+    head_v_dim: int  # V
+    head_k_dim: int  # K
+    window: int | None  # verify window N (= ring length); None where no draft token count is published
+    state_dtype: str  # "float32", "bfloat16", ...
+    ring_dtype: str  # raw k/v ring dtype (the conv dtype)
+
+    @classmethod
+    def of_configurator(cls, configurator) -> "Geometry":
+        """From the configurator's `mamba2_cache_params` and the published window, as the pool sizes them."""
+        from sglang.srt.runtime_context import max_speculative_num_draft_tokens
+
+        params = configurator.mambaish_config.mamba2_cache_params
+        hv, v, k = params.shape.temporal
+        window = max_speculative_num_draft_tokens()
+        return cls(num_v_heads=hv, num_k_heads=params.shape.num_k_heads_per_tp, head_v_dim=v, head_k_dim=k,
+                   window=None if window is None else int(window),
+                   state_dtype=_dtype_name(params.dtype.temporal), ring_dtype=_dtype_name(params.dtype.conv))
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def record_dir() -> Path:
+    """Where each serving process writes its record: $RSO_STATE_DIR, else <tmp>/replayssm-overlay."""
+    return Path(os.environ.get(ENV_RECORD_DIR) or Path(tempfile.gettempdir()) / "replayssm-overlay")
+
+
+def check_before_serving(geometry: Geometry, *, seed: int | None = None) -> dict:
+    """Run the check for this process's pool geometry (once; a second pool of the same geometry gets the
+    same record), act on it (SGLang's fold on anything but a pass), write the record and return it."""
+    if geometry in _checked:
+        return _checked[geometry]
+    from replayssm_overlay import fold
+
+    started = time.monotonic()
+    seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    outcome, detail = _check(geometry, seed)
+    if outcome == "passed":
+        logger.info("replayssm-overlay: self-check passed: %s", detail)
+    elif outcome in ("mismatch", "error"):
+        logger.error("replayssm-overlay: self-check: %s; switching to SGLang's fold for this process", detail)
+    if outcome != "passed" and fold.chosen()[0] != "sglang":
+        fold.fall_back_to_sglang(f"self-check before serving: {detail}")  # logged once, with the reason
+    record = {
+        "schema": RECORD_SCHEMA, "pid": os.getpid(), "time": time.time(), "outcome": outcome, "detail": detail,
+        "seed": seed, "geometry": asdict(geometry), "fold": fold.describe(),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    _write(record)
+    _checked[geometry] = record
+    return record
+
+
+def _check(geometry: Geometry, seed: int) -> tuple[str, str]:
+    """(outcome, detail): passed, mismatch, error (the check could not run), not-covered (the overlay's
+    fold does not take this pool) or sglang-fold (SGLang's fold is the one in use, or must be)."""
+    from replayssm_overlay import fold
+
+    kind, reason, kernels = fold.chosen()
+    if geometry.state_dtype != "float32":
+        return "sglang-fold", (f"the SSM state is {geometry.state_dtype} (--mamba-ssm-dtype); the overlay's "
+                               "fold reproduces the float32 recurrence only, so SGLang's fold commits")
+    if kind == "sglang":
+        return "sglang-fold", f"SGLang's fold is in use ({reason}); nothing to check"
+    from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
+
+    try:
+        mismatch = _compare(geometry, kernels, seed)
+    except (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused) as err:
+        return "not-covered", f"the overlay's fold does not cover this pool ({err}), so SGLang's fold commits"
+    except Exception as err:  # a check that cannot run proves nothing: do not serve the overlay's fold
+        return "error", f"the check of the overlay's fold ({kind}) could not run ({type(err).__name__}: {err})"
+    if mismatch:
+        return "mismatch", f"the overlay's fold ({kind}) is not bitwise SGLang's recurrence: {mismatch}"
+    return "passed", f"the overlay's fold ({kind}) equals SGLang's recurrence bitwise on a random window"
+
+
+def _compare(geometry: Geometry, kernels, seed: int) -> str:
+    """'' if the chosen fold, launched as the server's commit launches it (`kernels.commit_plan`), equals
+    the token-by-token recurrence bitwise (and rolls the conv windows back), else what differs."""
+    import torch
+
+    from replayssm_overlay import fold
+    from replayssm_overlay.kernels import commit_plan
+
+    if not geometry.window or geometry.window < 1:
+        raise ValueError(f"no verify window to check (speculative draft tokens: {geometry.window})")
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    window = _verified_window(geometry, device, seed)
+    expected, tracked = window.replayed()
+    source = fold.kernel_source(kernels)
+    for track in (False, True):  # both prebuilt specializations of the commit (HAS_TRACK)
+        pool = window.pool()
+        track_slots, track_steps = window.track() if track else (None, None)
+        commit_plan.CommitPlan(pool, REQUESTS, track, source).run(window.slots, window.accept_lens,
+                                                                  track_slots, track_steps)
+        state = pool.temporal
+        for row, slot in enumerate(window.slots.tolist()):
+            if not torch.equal(state[:, slot], expected[:, slot]):
+                return (f"slot of request {row} (accepted {int(window.accept_lens[row])} of {geometry.window} "
+                        f"tokens) differs after the fold, {_diff(state[:, slot], expected[:, slot])}")
+            last = int(window.accept_lens[row]) - 1
+            if not torch.equal(pool.conv[0][:, slot], pool.intermediate_conv_window[0][:, row, last]):
+                return f"the conv window of request {row} was not rolled back to its last accepted step"
+        if track and not torch.equal(state[:, window.track_slot], tracked):
+            return f"the track slot differs, {_diff(state[:, window.track_slot], tracked)}"
+        untouched = window.untouched_slot(track)
+        if not torch.equal(state[:, untouched], window.initial[:, untouched]):
+            return "a slot no request commits was written"
+    return ""
+
+
+def _diff(got, want) -> str:
+    differ = (got != want).sum().item()
+    return f"{differ} of {got.numel()} values, max |delta| {(got - want).abs().max().item():.3g}"
+
+
+@dataclass
+class _Window:
+    """One layer after SGLang's verify wrote the ring: slots 0..REQUESTS-1 are the requests', the next
+    one the track slot, the last one nobody's."""
+
+    inputs: dict  # the recurrence's per-token inputs: q, k, v [B, N, heads, dim], a, b [B, N, HV]
+    A_log: object
+    dt_bias: object
+    initial: object  # [1, S, HV, V, K] pre-verify state
+    rawv: object
+    rawk: object
+    g: object
+    beta: object
+    slots: object  # [B] int32
+    accept_lens: object  # [B] int32
+    conv_windows: object  # [1, B, N, CONV_DIM, CONV_WIDTH] per-step conv windows, random
+
+    def pool(self):
+        """A fresh pool (the pre-verify state, the ring, zero conv states) shaped like the server's."""
+        import types
+
+        import torch
+
+        conv = torch.zeros(1, self.initial.shape[1], CONV_DIM, CONV_WIDTH, dtype=self.rawk.dtype,
+                           device=self.initial.device)
+        return types.SimpleNamespace(temporal=self.initial.clone(), replayssm_rawv=self.rawv, replayssm_rawk=self.rawk,
+                                     replayssm_g=self.g, replayssm_beta=self.beta, conv=[conv],
+                                     intermediate_conv_window=[self.conv_windows])
+
+    @property
+    def track_slot(self) -> int:
+        return REQUESTS
+
+    def untouched_slot(self, track: bool) -> int:
+        return REQUESTS + 1 if track else REQUESTS
+
+    def track(self):
+        """Row 0 stores its state after step N//2 into the track slot; row 1 stores nothing."""
+        import torch
+
+        device = self.slots.device
+        steps = torch.tensor([int(self.accept_lens[0]) // 2, -1], dtype=torch.int32, device=device)
+        return torch.tensor([self.track_slot, -1], dtype=torch.int32, device=device), steps
+
+    def replayed(self):
+        """(state after SGLang's recurrence ran token by token over each accepted prefix, the track slot's
+        state: row 0's after its track step)."""
+        import torch
+
+        fsg = _recurrence_module()
+        state = self.initial.clone()
+        lens = self.accept_lens.tolist()
+        track_step = lens[0] // 2
+        tracked = None
+        for t in range(max(lens)):
+            rows = [i for i, n in enumerate(lens) if t < n]
+            idx = torch.tensor(rows, device=state.device)
+            q, k, v = _packed_qkv(*(self.inputs[name][idx, t] for name in ("q", "k", "v")))
+            fsg.fused_sigmoid_gating_delta_rule_update(
+                A_log=self.A_log, a=self.inputs["a"][idx, t].contiguous(), dt_bias=self.dt_bias,
+                softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v,
+                b=self.inputs["b"][idx, t].contiguous(), initial_state_source=state[0],
+                initial_state_indices=self.slots[idx].contiguous(),
+                cu_seqlens=torch.arange(len(rows) + 1, dtype=torch.int32, device=state.device),
+                use_qk_l2norm_in_kernel=True,
+            )
+            if t == track_step:
+                tracked = state[:, int(self.slots[0])].clone()
+        return state, tracked
+
+
+#: SGLang's recurrence module: under `fla/` up to 0.5.22, `linear/` in 0.5.23 (the first one that imports)
+RECURRENCE_MODULES = (
+    "sglang.kernels.ops.attention.fla.fused_sigmoid_gating_recurrent",
+    "sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent",
+)
+
+
+def _recurrence_module():
+    """SGLang's recurrence (`fused_sigmoid_gating_delta_rule_update`), by its full module name (a GPU
+    check that loads SGLang's kernel files by path registers them under the first name)."""
+    import importlib
+
+    for name in RECURRENCE_MODULES[:-1]:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    return importlib.import_module(RECURRENCE_MODULES[-1])
+
+
+def _packed_qkv(q, k, v):
+    """q, k [T, H, K] and v [T, HV, V] as views into one row-major [T, conv_dim] tensor, the layout the
+    GDN layer hands the kernel (its strides pick the kernel's specialization)."""
+    import torch
+
+    T = q.shape[0]
+    mixed = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=1)
+    qs, ks, vs = torch.split(mixed, [q[0].numel(), k[0].numel(), v[0].numel()], dim=1)
+    return qs.view(1, T, *q.shape[1:]), ks.view(1, T, *k.shape[1:]), vs.view(1, T, *v.shape[1:])
+
+
+def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
+    """Fresh random inputs for REQUESTS requests; SGLang's verify kernel writes their ring (cache_ring)."""
+    import torch
+
+    HV, H, V, K, N = (geometry.num_v_heads, geometry.num_k_heads, geometry.head_v_dim, geometry.head_k_dim,
+                      geometry.window)
+    raw = getattr(torch, geometry.ring_dtype)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def randn(*shape, scale=1.0, dtype=torch.float32):
+        return (torch.randn(*shape, generator=gen) * scale).to(dtype).to(device)
+
+    slots = REQUESTS + 2
+    inputs = {"q": randn(REQUESTS, N, H, K, dtype=raw), "k": randn(REQUESTS, N, H, K, dtype=raw),
+              "v": randn(REQUESTS, N, HV, V, dtype=raw), "a": randn(REQUESTS, N, HV, dtype=raw),
+              "b": randn(REQUESTS, N, HV, dtype=raw)}
+    shorter = 1 + int(torch.randint(max(N - 1, 1), (1,), generator=gen)) if N > 1 else 1
+    window = _Window(
+        inputs=inputs, A_log=randn(HV, scale=0.5), dt_bias=randn(HV, scale=0.5),
+        initial=randn(1, slots, HV, V, K, scale=0.5),
+        rawv=torch.zeros(1, slots, HV, N, V, dtype=raw, device=device),
+        rawk=torch.zeros(1, slots, H, N, K, dtype=raw, device=device),
+        g=torch.zeros(1, slots, HV, N, device=device), beta=torch.zeros(1, slots, HV, N, device=device),
+        slots=torch.arange(REQUESTS, dtype=torch.int32, device=device),
+        accept_lens=torch.tensor([N, shorter], dtype=torch.int32, device=device),
+        conv_windows=randn(1, REQUESTS, N, CONV_DIM, CONV_WIDTH, dtype=raw),
+    )
+    q, k, v = _packed_qkv(*(inputs[name].reshape(REQUESTS * N, *inputs[name].shape[2:]) for name in ("q", "k", "v")))
+    _recurrence_module().fused_sigmoid_gating_delta_rule_update(
+        A_log=window.A_log, a=inputs["a"].reshape(REQUESTS * N, HV), dt_bias=window.dt_bias, softplus_beta=1.0,
+        softplus_threshold=20.0, q=q, k=k, v=v, b=inputs["b"].reshape(REQUESTS * N, HV),
+        initial_state_source=window.initial[0].clone(), initial_state_indices=window.slots,
+        cu_seqlens=torch.arange(0, REQUESTS * N + 1, N, dtype=torch.int32, device=device),
+        use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True, cache_ring=True,
+        replayssm_rawv=window.rawv[0], replayssm_rawk=window.rawk[0], replayssm_g=window.g[0],
+        replayssm_beta=window.beta[0],
+    )
+    return window
+
+
+def _write(record: dict) -> None:
+    from replayssm_overlay.cliutil import atomic_write_json
+
+    folder = record_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / f"selfcheck-{record['pid']}.json", record)
+    except OSError as err:  # the record is for `status`; serving does not depend on it
+        logger.warning("replayssm-overlay: could not write the self-check record in %s: %s", folder, err)
+
+
+def read_records(folder: Path | None = None) -> list:
+    """Every process's record in `folder` (default `record_dir()`), newest first, each with `alive`
+    (whether that process still runs) and `path`; unreadable files are listed with their `problem`."""
+    import json
+
+    folder = folder or record_dir()
+    records = []
+    for path in sorted(folder.glob("selfcheck-*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            record["alive"] = _alive(int(record["pid"]))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            record = {"problem": f"unreadable record: {err}", "time": 0}
+        records.append({**record, "path": str(path)})
+    return sorted(records, key=lambda r: r.get("time", 0), reverse=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
