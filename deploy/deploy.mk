@@ -17,7 +17,7 @@ SERIAL              ?=
 STATUS_JSON         ?=
 ANSIBLE_ARGS        ?=
 
-rso_need_inventory = $(if $(INVENTORY),,$(error INVENTORY is not set: make $@ INVENTORY=path/to/inventory (see deploy/inventories/example)))
+rso_need_inventory = $(if $(INVENTORY),,$(error INVENTORY is not set: make $@ INVENTORY=path/to/inventory (see deploy/inventories/example)))$(if $(wildcard $(INVENTORY)),,$(error INVENTORY=$(INVENTORY) does not exist: give the path of an inventory file or folder (see deploy/inventories/example)))
 rso_playbook = ANSIBLE_CONFIG=$(RSO_DEPLOY_DIR)/ansible.cfg $(ANSIBLE_PLAYBOOK) -i $(INVENTORY) \
 	$(if $(LIMIT),--limit '$(LIMIT)') $(if $(SERIAL),-e '{"sglang_rollout_serial": $(SERIAL)}') \
 	$(ANSIBLE_ARGS) $(RSO_DEPLOY_DIR)/playbooks/$(1)

@@ -3,7 +3,7 @@
 # python3, standard library), which refuse bad input (no daemon, unpinned or mismatched digest, unknown
 # release, base or lane, unreachable registry) with one clear message before any long step starts.
 #
-#   make build  [SGLANG_RELEASE=0.5.19] [CUDA_LANE=cu130] [KERNELS=build|skip] [IMAGE=name:tag]
+#   make build  [SGLANG_RELEASE=0.5.19] [CUDA_LANE=cu130] [KERNELS=build|skip] [IMAGE=name:tag] [ALLOW_DIRTY=1]
 #               [KERNEL_MODEL=all|PRESET,...] [KERNEL_WINDOW=T,...] [KERNEL_TP=N,...]
 #   make save   [IMAGE=...] [DIST_DIR=build/docker/dist]      make load TARBALL=file.tar.gz
 #   make push   REGISTRY=host[:port][/path] [IMAGE=...]       make image-diff [IMAGE=...]
@@ -32,6 +32,8 @@ KERNEL_TP ?=
 BASE_IMAGE ?=
 BASE_DIGEST ?=
 BASE_STANDIN ?= false
+# the image is built from the commit; set 1 to build although tracked files have uncommitted changes
+ALLOW_DIRTY ?=
 BUILD_DIR ?= build/docker
 DIST_DIR ?= $(BUILD_DIR)/dist
 REGISTRY ?=
@@ -45,7 +47,7 @@ build: ## build sglang-replayssm:<release>-<overlay> on the digest-pinned base (
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/build.py --image $(IMAGE) --release "$(SGLANG_RELEASE)" --lane "$(CUDA_LANE)" \
 	  --kernels $(KERNELS) --kernel-model $(KERNEL_MODEL) --kernel-window "$(KERNEL_WINDOW)" --kernel-tp "$(KERNEL_TP)" --python $(WHEEL_PYTHON) --base-python $(BASE_PYTHON) \
 	  --build-dir $(BUILD_DIR) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(if $(BASE_DIGEST),--base-digest $(BASE_DIGEST)) \
-	  $(if $(filter true 1 yes,$(BASE_STANDIN)),--standin)
+	  $(if $(filter true 1 yes,$(BASE_STANDIN)),--standin) $(if $(filter true 1 yes,$(ALLOW_DIRTY)),--allow-dirty)
 
 save: ## write IMAGE as DIST_DIR/<name>_<tag>.tar.gz + .sha256 + .image-id (sites without a registry)
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/distribute.py save --image $(IMAGE) --dir $(DIST_DIR)

@@ -8,7 +8,7 @@ found with `importlib.util.find_spec`, the version from the installed distributi
 `sglang/_version.py` read with `ast`.
 
     check_base.py identity --release 0.5.19 --base-image REF --base-digest sha256:... --standin true|false --report F
-        checks [pin], [location], [version]; writes the report F (JSON)
+        checks [python] (the overlay wheel's Requires-Python), [pin], [location], [version]; writes the report F
     check_base.py pristine --report F
         runs `python -m replayssm_overlay apply --dry-run --json` (the overlay wheel must be installed):
         check [pristine], the sha256 of the three files and every hook point; adds the result to F
@@ -26,13 +26,42 @@ import platform
 import re
 import subprocess
 import sys
+import zipfile
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# the build context: scripts/ (this file) next to wheels/ (the overlay wheel)
+WHEELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "wheels")
+# the overlay's refusal messages are written for a shell on an installed SGLang; in an image build the
+# fix is the base, so their own advice (reinstall, --sglang-dir, --allow-unverified) is cut off
+SHELL_ADVICE = re.compile(r"(?:\. |; )(?:Reinstall|reinstall|pass --sglang-dir|Run `replayssm-overlay revert`).*$", re.M)
 
 
 class CheckFailed(Exception):
     def __init__(self, check, what, fix):
         super().__init__(f"base-check failed [{check}]: {what}\n  fix: {fix}")
+
+
+def check_python(wheels_dir=WHEELS_DIR):
+    """[python] the base's Python is one the overlay wheel declares (its Requires-Python, `>=X.Y`)."""
+    wheels = sorted(n for n in os.listdir(wheels_dir) if n.endswith(".whl")) if os.path.isdir(wheels_dir) else []
+    if len(wheels) != 1:
+        raise CheckFailed("python", f"expected one overlay wheel in {wheels_dir}, found {wheels}",
+                          "build with `make -f docker/docker.mk build`, which stages it")
+    with zipfile.ZipFile(os.path.join(wheels_dir, wheels[0])) as wheel:
+        metadata = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    match = re.search(r"^Requires-Python:\s*>=\s*(\d+)\.(\d+)\s*$", metadata, re.M)
+    if match is None:
+        raise CheckFailed("python", f"{wheels[0]} declares no `Requires-Python: >=X.Y`",
+                          "restore requires-python in pyproject.toml")
+    needed = (int(match.group(1)), int(match.group(2)))
+    if sys.version_info[:2] < needed:
+        raise CheckFailed(
+            "python", f"the base's Python {platform.python_version()} ({sys.executable}) is older than the "
+            f"{needed[0]}.{needed[1]} the overlay needs",
+            "use an official SGLang release image as the base (they ship a recent python3); if the base has "
+            "another Python for SGLang, set RSO_PYTHON to it (make build BASE_PYTHON=...)")
+    return {"executable": sys.executable, "version": platform.python_version(),
+            "requires": f">={needed[0]}.{needed[1]}"}
 
 
 def check_pin(base_image, base_digest, standin):
@@ -121,8 +150,8 @@ def _optional_version(name):
 
 def identity(args):
     report = {
+        "python": check_python(),
         "pin": check_pin(args.base_image, args.base_digest, args.standin == "true"),
-        "python": {"executable": sys.executable, "version": platform.python_version()},
     }
     package_dir = find_sglang()
     report["sglang"] = {"package_dir": package_dir, "release": args.release,
@@ -139,9 +168,13 @@ def pristine(args):
            "--sglang-dir", report["sglang"]["package_dir"]]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     if proc.returncode != 0:
+        try:
+            refusal = json.loads(proc.stdout)["error"]
+        except (ValueError, KeyError, TypeError):
+            refusal = proc.stderr.strip() or proc.stdout.strip()
         raise CheckFailed(
             "pristine", "`replayssm-overlay apply --dry-run` refused this base's SGLang files:\n"
-            + (proc.stderr.strip() or proc.stdout.strip()),
+            + SHELL_ADVICE.sub("", refusal),
             "the base's SGLang files are not the pristine files of the supported release; use the "
             "unmodified release image pinned in docker/base.lock (docker/README.md, 'When the base check fails')")
     dry_run = json.loads(proc.stdout)

@@ -2,14 +2,14 @@
 
 Why it exists: the Dockerfile alone cannot know the patched files' sha256 (its labels) nor check the
 base before pulling. So: (1) preflight (daemon, lock, base; docker/tools/preflight.py); (2) stage a
-build context that holds only the overlay wheel (`pip wheel --no-deps` of a clean copy of the project)
-and docker/scripts/, so no secret or stray file can reach a layer; (3) build the `base-check` stage and
+build context that holds only the overlay wheel (`pip wheel --no-deps` of the project's tracked files at
+the commit, docker/tools/git_source.py; a dirty checkout is refused unless --allow-dirty) and docker/scripts/, so no secret or stray file can reach a layer; (3) build the `base-check` stage and
 read its report (the dry run's sha256 of each file after patching); (4) build the image with those
 values as labels, which the last build step cross-checks against the patched files.
 
     python3 docker/tools/build.py --image NAME:TAG [--release R] [--lane L] [--kernels build|skip]
         [--kernel-model M] [--kernel-window T,...] [--kernel-tp N,...]
-        [--base-image REF --standin] [--python PY] [--build-dir DIR]
+        [--base-image REF --standin] [--python PY] [--build-dir DIR] [--allow-dirty]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from common import DOCKER_DIR, REPO, Refusal, docker, image_id, log, overlay_version, run_tool
+from git_source import Source, export
 from preflight import resolve_base
 
 IN_IMAGE_SCRIPTS = ("check_base.py", "kernels_stage.py", "write_manifest.py")
@@ -35,17 +36,12 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(r"^Step \d+/\d+ : ")  # the classic builder starts a step
 
 
-def build_wheel(python: str, wheels: Path) -> Path:
-    """`pip wheel --no-deps` of a clean copy of the project (no stale build/ or egg-info can leak in)."""
+def build_wheel(python: str, wheels: Path, allow_dirty: bool) -> tuple[Path, Source]:
+    """`pip wheel --no-deps` of the project's tracked files at the commit (git_source.export): no
+    untracked file, stale build/ or egg-info can reach the wheel."""
     version = overlay_version()
     with tempfile.TemporaryDirectory(prefix="rso-wheel-src-") as src:
-        for name in PROJECT_FILES:
-            source = REPO / name
-            if source.is_dir():
-                shutil.copytree(source, Path(src) / name,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc"))
-            else:
-                shutil.copy2(source, Path(src) / name)
+        source = export(REPO, PROJECT_FILES, Path(src), allow_dirty)
         # offline first (the python's own setuptools), then with pip's isolated build env (needs PyPI)
         for isolation in (["--no-build-isolation"], []):
             proc = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", *isolation,
@@ -61,17 +57,17 @@ def build_wheel(python: str, wheels: Path) -> Path:
     if [w.name.split("-")[1] for w in found] != [version]:
         raise Refusal(f"expected one overlay wheel of version {version} in {wheels}, found {[w.name for w in found]}",
                       "remove the build directory and run the build again")
-    return found[0]
+    return found[0], source
 
 
-def stage_context(context: Path, python: str) -> Path:
+def stage_context(context: Path, python: str, allow_dirty: bool) -> tuple[Path, Source]:
     """A fresh build context: wheels/<overlay wheel> and scripts/<in-image scripts>, nothing else."""
     if context.exists():
         shutil.rmtree(context)
     (context / "scripts").mkdir(parents=True)
     for name in IN_IMAGE_SCRIPTS:
         shutil.copy2(DOCKER_DIR / "scripts" / name, context / "scripts" / name)
-    return build_wheel(python, context / "wheels")
+    return build_wheel(python, context / "wheels", allow_dirty)
 
 
 def _git(*args: str) -> str:
@@ -79,13 +75,12 @@ def _git(*args: str) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def provenance() -> dict[str, str]:
-    """OCI created/revision/source from git (commit time, so a rebuild of one commit labels the same)."""
-    revision = _git("rev-parse", "HEAD") or "unknown"
-    if _git("status", "--porcelain", "--untracked-files=no"):
-        revision += "-dirty"
+def provenance(source: Source) -> dict[str, str]:
+    """OCI created/revision/source from git (commit time, so a rebuild of one commit labels the same);
+    a build from uncommitted changes has the revision `<commit>-dirty`."""
     created = _git("log", "-1", "--format=%cI") or datetime.datetime.now(datetime.timezone.utc).isoformat()
-    return {"RSO_CREATED": created, "RSO_REVISION": revision, "RSO_SOURCE": _git("remote", "get-url", "origin") or "unknown"}
+    return {"RSO_CREATED": created, "RSO_REVISION": source.revision,
+            "RSO_SOURCE": _git("remote", "get-url", "origin") or "unknown"}
 
 
 def docker_build(context: Path, args: dict[str, str], *extra: str) -> None:
@@ -132,6 +127,8 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable, help="python with pip+setuptools to build the wheel")
     parser.add_argument("--base-python", default="python3", help="the base image's python (RSO_PYTHON)")
     parser.add_argument("--build-dir", default=str(REPO / "build" / "docker"))
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="build although tracked files have uncommitted changes (labelled <commit>-dirty)")
     args = parser.parse_args()
 
     log("[1/4] preflight: daemon, docker/base.lock, base image")
@@ -139,7 +136,7 @@ def main() -> int:
     log(f"      base {base['from']} ({'stand-in' if base['standin'] else 'release'}, {base['digest']})")
     log("[2/4] build context: overlay wheel + docker/scripts")
     context = Path(args.build_dir) / "context"
-    wheel = stage_context(context, args.python)
+    wheel, source = stage_context(context, args.python, args.allow_dirty)
     version = overlay_version()
     tag = args.image.rsplit(":", 1)[-1]
     build_args = {
@@ -149,14 +146,14 @@ def main() -> int:
         "RSO_KERNELS": args.kernels, "RSO_KERNEL_MODEL": args.kernel_model,
         "RSO_KERNEL_WINDOW": args.kernel_window, "RSO_KERNEL_TP": args.kernel_tp, "RSO_PYTHON": args.base_python,
     }
-    log(f"      {wheel.name}")
+    log(f"      {wheel.name} from {source.revision}")
     log("[3/4] base check (stage base-check)")
     iidfile = Path(args.build_dir) / "base-check.iid"
     docker_build(context, build_args, "--target", "base-check", "--iidfile", str(iidfile))
     check_image = iidfile.read_text().strip()
     build_args["RSO_PATCHED_FILES"] = read_patched_files(check_image)
     log(f"[4/4] image {args.image} (overlay {version}, kernels: {args.kernels})")
-    docker_build(context, {**build_args, **provenance()}, "-t", args.image)
+    docker_build(context, {**build_args, **provenance(source)}, "-t", args.image)
     docker("image", "rm", check_image, check=False)  # the stage's own tag-less image; its layers stay cached
     built = image_id(args.image)
     (Path(args.build_dir) / "last-image").write_text(f"{args.image} {built}\n")

@@ -76,13 +76,30 @@ def load(tarball: Path) -> str:
     if _sha256(tarball) != expected_sum:
         raise Refusal(f"{tarball} does not match its sha256 ({expected_sum}): the copy is damaged",
                       "copy the tarball again")
-    docker("load", "-i", str(tarball), capture=False)
     expected_id = id_file.read_text().strip()
-    tags = docker("image", "inspect", "--format", "{{join .RepoTags \" \"}}", expected_id, check=False)
-    if tags.returncode != 0:
-        raise Refusal(f"`docker load` did not yield image {expected_id}", "the tarball is not the one that was saved")
-    print(f"loaded {tags.stdout.strip()} {expected_id} (image ID checked)")
+    loaded = loaded_image_ids(docker("load", "-i", str(tarball)).stdout)
+    if expected_id not in loaded:
+        raise Refusal(f"{tarball} loaded as {', '.join(loaded) or 'nothing'}, not {expected_id} as {id_file.name} says",
+                      "the tarball and its .image-id file are not from one `make save`: copy all three files again")
+    tags = docker("image", "inspect", "--format", "{{join .RepoTags \" \"}}", expected_id).stdout.strip()
+    print(f"loaded {tags} {expected_id} (image ID checked)")
     return expected_id
+
+
+def loaded_image_ids(output: str) -> list[str]:
+    """The image IDs `docker load` reports (`Loaded image: REF` is resolved to REF's ID, `Loaded image ID: ID`
+    taken as it is), in order, without repeats."""
+    ids = []
+    for line in output.splitlines():
+        if line.startswith("Loaded image ID: "):
+            found = line.removeprefix("Loaded image ID: ").strip()
+        elif line.startswith("Loaded image: "):
+            found = image_id(line.removeprefix("Loaded image: ").strip())
+        else:
+            continue
+        if found and found not in ids:
+            ids.append(found)
+    return ids
 
 
 def push(image: str, registry: str) -> str:

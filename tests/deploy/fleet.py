@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -77,6 +78,13 @@ class Node:
         script = self.bin_dir / "nvidia-smi"
         body = "\n".join(f"echo '{line}'" for line in lines)
         script.write_text(f"#!/bin/sh\n# fake nvidia-smi of test node {self.name} (tests/deploy)\n{body}\n")
+        script.chmod(0o755)
+
+    def break_nvidia_smi(self, message: str, rc: int = 9) -> None:
+        """Make the node's fake `nvidia-smi` fail like it does without a loaded driver: `message`, exit `rc`."""
+        script = self.bin_dir / "nvidia-smi"
+        script.write_text(f"#!/bin/sh\n# fake nvidia-smi of test node {self.name} (tests/deploy)\n"
+                          f"echo {shlex.quote(message)}\nexit {rc}\n")
         script.chmod(0o755)
 
     def inventory_vars(self) -> dict:

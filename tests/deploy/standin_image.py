@@ -42,7 +42,11 @@ p.add_argument("--speculative-algorithm", default="NONE")
 p.add_argument("--speculative-num-draft-tokens", default="16")
 p.add_argument("--unhealthy", action="store_true")
 p.add_argument("--start-delay", default="0")
+p.add_argument("--exit-code", type=int, default=None)
 args, ignored = p.parse_known_args()
+if args.exit_code is not None:
+    print("stand-in launch_server: loading the model failed (asked by --exit-code)", file=sys.stderr, flush=True)
+    sys.exit(args.exit_code)
 argv = ["--host", args.host, "--port", args.port, "--model-path", args.model_path,
         "--algorithm", args.speculative_algorithm, "--draft-tokens", args.speculative_num_draft_tokens,
         "--start-delay", args.start_delay, "--quiet"]

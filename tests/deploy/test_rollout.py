@@ -4,14 +4,20 @@ stand-in server image (tests/deploy/standin_image.py) with deploy/playbooks.
 The tests run in file order and build on each other (one fleet per session): a clean rollout, a rerun
 that changes nothing, a preflight failure that stops before any restart, a node whose new container is
 unhealthy (rolled back, no later batch touched), an on-demand rollback, an image ID mismatch after
-loading a tarball, and the status report.
+loading a tarball, the status report, a new container that exits (the wait stops at once, its log is
+kept), a distribute failure on one node (every staged tarball removed), and a node whose Docker daemon
+is killed during its batch (the last good container stays the rollback target through the rerun and
+the rollback, and a rollback that stops names the nodes it did not reach).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
+import threading
+import time
 
 import pytest
 
@@ -48,6 +54,11 @@ def test_clean_rollout_canary_first(fleet, saved_images, tmp_path):
     # canary of one, then batches of 25% (one node each with three nodes), in inventory order
     assert _switch_order(result.output) == ["node1", "node2", "node3"]
     assert result.output.count("PLAY [Roll out]") == 3
+    # one line per batch with the image names (tags), elapsed time per play
+    for batch, node in enumerate(("node1", "node2", "node3"), 1):
+        assert f'== batch {batch} of "Roll out": {node} nothing -> {v1.ref} (ok)' in result.output
+    assert re.search(r'== "Roll out" took [0-9.]+ s \(3 batches\)', result.output)
+    assert re.search(r'== "Distribute the image" took [0-9.]+ s', result.output)
     for node in fleet.nodes:
         container = node.containers()[SERVICE]
         assert container["running"] and container["image"] == v1.image_id
@@ -92,6 +103,8 @@ def test_preflight_wrong_gpu_stops_before_any_restart(fleet, saved_images, tmp_p
         assert node.dockerd.docker("image", "inspect", saved_images["v2"].image_id, check=False).returncode != 0
 
 
+NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+             "latest NVIDIA driver is installed and running.")
 BAD_NODES = {  # inventory overrides, extra hosts, node3's GPUs, message
     "wrong python": ({"node3": {"ansible_python_interpreter": "/usr/bin/python2.7"}}, {}, None,
                      "node3: /usr/bin/python2.7 is missing or broken"),
@@ -101,13 +114,17 @@ BAD_NODES = {  # inventory overrides, extra hosts, node3's GPUs, message
     "old driver": ({}, {}, [H100_OLD_DRIVER, H100_OLD_DRIVER], "node3: NVIDIA driver 575.51.03 is below 580.65.06, the minimum for the "
                    "image's cu130 lane"),
     "too few GPUs": ({"node3": {"sglang_tp_size": 4}}, {}, None, "node3: sglang_tp_size is 4 but this node has 2 GPUs"),
+    "driver not loaded": ({}, {}, NO_DRIVER, "node3: `{smi} --query-gpu=...` failed (exit 9: " + NO_DRIVER),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_NODES))
 def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
     host_overrides, extra_hosts, gpus, message = BAD_NODES[case]
-    if gpus:
+    message = message.replace("{smi}", str(fleet.nodes[2].bin_dir / "nvidia-smi"))
+    if gpus == NO_DRIVER:
+        fleet.nodes[2].break_nvidia_smi(NO_DRIVER)
+    elif gpus:
         fleet.nodes[2].set_gpus(*gpus)
     for host in extra_hosts.values():  # an address on the test bridge that no node has
         host["ansible_host"] = fleet.nodes[0].address.rsplit(".", 1)[0] + ".99"
@@ -122,6 +139,22 @@ def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
     assert result.rc != 0
     assert " ".join(message.split()) in " ".join(result.output.split()), result.output[-3000:]
     assert "PLAY [Distribute the image]" not in result.output
+    assert _running(fleet) == before
+
+
+def test_preflight_checks_space_where_the_tarball_is_staged(fleet, saved_images, tmp_path):
+    """A (sparse) 8 TiB tarball: more than any test node's staging folder holds."""
+    huge = tmp_path / "huge.tar.gz"
+    with huge.open("wb") as fh:
+        fh.truncate(8 << 40)
+    before = _running(fleet)
+    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"], sglang_image_tarball=str(huge))
+    result = ansible_playbook(fleet, "preflight.yml", inventory)
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    stage = fleet.nodes[0].root / "stage"
+    assert re.search(rf"node1: only [0-9.]+ MiB free at {re.escape(str(stage))}; staging huge.tar.gz needs "
+                     r"[0-9.]+ MiB", flat), result.output[-3000:]
     assert _running(fleet) == before
 
 
@@ -192,9 +225,11 @@ def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet
     after = fleet.nodes[0].containers()
     assert after[SERVICE]["id"] == before[SERVICE]["id"] and after[SERVICE]["running"]
     assert after[SERVICE]["image"] == v1.image_id
-    # the rollback target from before the failed attempt is still there, and nothing else is left over
+    # the rollback target from before the failed attempt is still there, the failed one is kept stopped
     assert after[SERVICE + "-previous"]["id"] == before[SERVICE + "-previous"]["id"]
-    assert set(after) == {SERVICE, SERVICE + "-previous"}
+    assert set(after) == {SERVICE, SERVICE + "-previous", SERVICE + "-failed"}
+    assert after[SERVICE + "-failed"]["image"] == v2.image_id and not after[SERVICE + "-failed"]["running"]
+    assert "kept, stopped, as sglang-test-failed" in " ".join(result.output.split())
 
 
 def test_tarball_with_wrong_image_id_is_refused(fleet, saved_images, tmp_path):
@@ -218,7 +253,9 @@ def test_status_reports_every_node(fleet, saved_images, tmp_path):
     report = tmp_path / "status.json"
     result = ansible_playbook(fleet, "status.yml", inventory, "-e", f"sglang_status_json={report}")
     assert result.rc == 0, result.output[-4000:]
-    assert re.search(r"HOST\s+SERVICE\s+PORT\s+RUNNING\s+HEALTHY", result.output)
+    table = [line for line in result.output.splitlines() if re.match(r"\s+(HOST\s+SERVICE|node\d\s)", line)]
+    assert re.search(r"HOST\s+SERVICE\s+PORT\s+RUNNING\s+HEALTHY", table[0]) and len(table) == 4
+    assert max(map(len, table)) <= 120
     rows = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}
     assert set(rows) == {"node1", "node2", "node3"}
     for row in rows.values():
@@ -242,3 +279,134 @@ def test_deploy_smoke_checks_every_node_and_fails_on_a_broken_one(fleet, saved_i
     assert result.rc != 0
     assert result.recap["node3"]["failed"] == 1 and result.recap["node1"]["failed"] == 0
     assert _running(fleet)["node1"] == before["node1"]
+
+
+def test_dead_new_container_stops_the_wait_at_once_and_keeps_its_log(fleet, saved_images, tmp_path):
+    """The new container exits at start: with 600 polls 1 s apart the old wait ran 10 minutes (the run's
+    timeout here is 5); now it stops at the exit, names the exit code and shows the log tail."""
+    v1, v2 = saved_images["v1"], saved_images["v2"]
+    before = fleet.nodes[0].containers()
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, host_overrides={
+        "node1": {"sglang_extra_args": ["--exit-code", "3"]}}, sglang_health_retries=600)
+    result = ansible_playbook(fleet, "deploy.yml", inventory, "--limit", "node1", timeout=300)
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert "node1: the new container failed (Wait for /health and /health_generate: container sglang-test " in flat
+    assert "after exiting with code 3" in flat or "exited with code 3" in flat
+    assert "loading the model failed (asked by --exit-code)" in flat  # the log tail
+    assert "FAILED - RETRYING" not in result.output
+    after = fleet.nodes[0].containers()
+    assert after[SERVICE]["id"] == before[SERVICE]["id"] and after[SERVICE]["running"]
+    previous = SERVICE + "-previous"
+    assert (after.get(previous) or {}).get("id") == (before.get(previous) or {}).get("id")
+    failed = after[SERVICE + "-failed"]
+    assert failed["image"] == v2.image_id and not failed["running"]
+    logs = fleet.nodes[0].dockerd.docker("logs", SERVICE + "-failed")
+    assert "loading the model failed" in logs.stdout + logs.stderr
+    assert fleet.nodes[0].state(SERVICE)["current"]["image_id"] == v1.image_id
+
+
+def test_failed_distribute_on_one_node_leaves_no_staged_tarball_anywhere(fleet, saved_images, tmp_path):
+    """node3's copy fails while node1 copies the same tarball in the same task (node1 first drops v2 and
+    the containers kept on it, so that it must copy): node1 still loads and removes its staged tarball,
+    and the run stops before any restart."""
+    v2 = saved_images["v2"]
+    node1, node3 = fleet.nodes[0], fleet.nodes[2]
+    for name, container in node1.containers().items():
+        if container["image"] == v2.image_id and name != SERVICE:
+            node1.dockerd.docker("rm", "-f", name)
+    node1.dockerd.docker("rmi", v2.image_id, check=False)
+    assert node3.dockerd.docker("image", "inspect", v2.image_id, check=False).returncode != 0
+    before = _running(fleet)
+    blocker = node3.root / "stage" / v2.tarball.name / "not-empty"  # rsync cannot put a file there
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a folder where node3's tarball should go\n")
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2)
+    try:
+        result = ansible_playbook(fleet, "distribute.yml", inventory)
+    finally:  # (the node's cleanup may have removed the folder at the tarball's path already)
+        shutil.rmtree(blocker.parent, ignore_errors=True)
+    assert result.rc != 0
+    assert "the image did not reach node3" in " ".join(result.output.split())
+    for node in fleet.nodes:
+        assert not [p for p in (node.root / "stage").glob("*.tar*") if p.is_file()], node.name
+    assert _running(fleet) == before
+
+
+def _kill_daemon_when_switching(node, image_id: str, killed: threading.Event, deadline_s: float = 300) -> None:
+    """SIGKILL `node`'s dockerd as soon as its service container runs `image_id` (the batch's health wait)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        proc = node.dockerd.docker("inspect", "--format", "{{.Image}} {{.State.Running}}", SERVICE, check=False)
+        if proc.stdout.split() == [image_id, "true"]:
+            time.sleep(1)
+            node.dockerd.kill()
+            killed.set()
+            return
+        time.sleep(0.3)
+
+
+def test_killed_docker_daemon_keeps_the_last_good_container_through_rerun_and_rollback(fleet, saved_images, tmp_path):
+    v1, v2 = saved_images["v1"], saved_images["v2"]
+    node2 = fleet.nodes[1]
+    good = {node.name: node.containers()[SERVICE]["id"] for node in fleet.nodes}  # every node runs v1
+    assert {c["image"] for c in _running(fleet).values()} == {v1.image_id}
+    node3_before = fleet.nodes[2].containers()
+    slow = write_inventory(fleet, tmp_path / "slow.json", v2, host_overrides={
+        "node2": {"sglang_extra_args": ["--start-delay", "60"]}}, sglang_health_retries=90)
+    killed = threading.Event()
+    killer = threading.Thread(target=_kill_daemon_when_switching, args=(node2, v2.image_id, killed))
+    killer.start()
+    try:
+        result = ansible_playbook(fleet, "deploy.yml", slow)
+    finally:
+        killer.join(timeout=600)
+        interrupted_state = node2.state(SERVICE)
+        journal = node2.state_dir / f"{SERVICE}.switching.json"
+        journal_kept = journal.exists()
+        if not node2.dockerd.alive():
+            node2.dockerd.start_again()
+    assert killed.is_set()
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert f"node2: the Docker daemon at {node2.dockerd.host} does not answer" in flat or \
+        f"The Docker daemon at {node2.dockerd.host} does not answer" in flat, result.output[-4000:]
+    assert "start Docker again, then rerun make deploy or make rollback; both put it back first" in flat
+    assert "FAILED - RETRYING" not in result.output  # the model-load wait is quiet
+    assert '== batch 2 of "Roll out": node2 ' + v1.ref + " -> " + v2.ref + " (FAILED)" in result.output
+    # the state file was not touched (the switch never succeeded), the journal names the last good container
+    assert interrupted_state["current"]["image_id"] == v1.image_id and journal_kept
+    assert fleet.nodes[2].containers() == node3_before  # no later batch
+
+    # the daemon is back: the rerun puts node2 back first, then switches it with the last good as previous
+    result = ansible_playbook(fleet, "deploy.yml", write_inventory(fleet, tmp_path / "inv.json", v2))
+    assert result.rc == 0, result.output[-4000:]
+    assert f"node2: an earlier switch to {v2.ref} was interrupted" in " ".join(result.output.split())
+    for node in fleet.nodes:
+        containers = node.containers()
+        assert containers[SERVICE]["image"] == v2.image_id and containers[SERVICE]["running"], node.name
+        assert containers[SERVICE + "-previous"]["id"] == good[node.name], node.name
+        state = node.state(SERVICE)
+        assert state["current"]["container_id"] == containers[SERVICE]["id"]
+        assert state["previous"]["container_id"] == good[node.name] and state["previous"]["image_id"] == v1.image_id
+    assert node2.containers()[SERVICE + "-failed"]["image"] == v2.image_id
+    assert not node2.containers()[SERVICE + "-failed"]["running"]
+    assert not journal.exists()
+
+    # rollback: every node back on its last good container, and a summary per node
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2)
+    result = ansible_playbook(fleet, "rollback.yml", inventory)
+    assert result.rc == 0, result.output[-4000:]
+    for node in fleet.nodes:
+        current = node.containers()[SERVICE]
+        assert current["id"] == good[node.name] and current["running"], node.name
+        assert f"   {node.name} {v2.ref} -> {v1.ref} (ok)" in result.output
+    assert '== summary of "Roll back":' in result.output and "did not finish on" not in result.output
+
+    # a rollback that stops at its canary names every node it did not bring back
+    fleet.nodes[0].dockerd.docker("rm", SERVICE + "-previous")
+    result = ansible_playbook(fleet, "rollback.yml", inventory)
+    assert result.rc != 0
+    assert "node2 NOT DONE (not reached: an earlier batch failed)" in result.output
+    assert '== "Roll back" did not finish on: node1, node2, node3' in result.output
+    assert {node.name: node.containers()[SERVICE]["id"] for node in fleet.nodes} == good

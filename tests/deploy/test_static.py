@@ -84,6 +84,8 @@ BAD = {
                         "/nonexistent/overlay.tar does not exist on the\ncontroller"),
     "role-owned flag in extra args": ({"sglang_extra_args": ["--port", "1234"]}, "sglang_extra_args set\nport"),
     "unknown CUDA lane": ({"sglang_image_cuda_lane": "cu999"}, "unknown sglang_image_cuda_lane 'cu999'"),
+    "misspelled variable": ({"sglang_tp_sise": 4, "sglang_health_retries": 3},
+                            "unknown variable(s) sglang_tp_sise (did you mean sglang_tp_size?)"),
     "registry mode through an ssh docker host": ({"sglang_docker_host": "ssh://gpu01"},
                                                  "needs a unix:// socket or a plain tcp:// address"),
 }
@@ -99,6 +101,33 @@ def test_bad_inventory_is_refused_before_any_node_is_contacted(case, tmp_path):
     flat = " ".join(proc.stdout.split())
     assert "gpu01: " in proc.stdout and " ".join(message.split()) in flat, proc.stdout[-3000:]
     assert "PLAY [Preflight, level 2 - nodes]" not in proc.stdout
+
+
+NOTHING_TO_DO = {  # ansible-playbook arguments that select no node, and what the run must say
+    "misspelled group": (["-i", "inventories/example", "-e", "sglang_hosts=sglang_nodez"],
+                         "'sglang_nodez' matches no host of the inventory"),
+    "missing inventory": (["-i", "/nonexistent/inventory"], "Completely failed to parse inventory source /nonexistent/inventory"),
+    "limit matches nothing": (["-i", "inventories/example", "--limit", "gpu99"],
+                              "Could not match supplied host pattern, ignoring: gpu99"),
+    "limit outside the group": (["-i", "inventories/example", "-e", "sglang_hosts=dspark", "--limit", "gpu01"],
+                                "--limit 'gpu01' selects none of the 2 hosts of 'dspark', so nothing would be done"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOTHING_TO_DO))
+def test_a_run_that_selects_no_node_fails(case):
+    args, message = NOTHING_TO_DO[case]
+    proc = subprocess.run([str(BIN / "ansible-playbook"), *args, str(DEPLOY / "playbooks" / "status.yml")],
+                          capture_output=True, text=True, env=_env(), cwd=DEPLOY, timeout=300)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert message in " ".join((proc.stdout + proc.stderr).split())
+
+
+def test_make_refuses_an_inventory_that_does_not_exist():
+    proc = subprocess.run(["make", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=deploy/inventories/nope"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    assert "INVENTORY=deploy/inventories/nope does not exist" in proc.stderr
 
 
 def test_driver_floor_comes_from_the_base_lock(tmp_path):
@@ -144,6 +173,34 @@ def test_flag_mapping_renders_sglang_arguments():
         f.sglang_flag_args(["--enable-linear-replayssm-spec"])
 
 
+def test_status_table_fits_120_columns():
+    f = _filters()
+    row = {"host": "h" * 16, "service": "s" * 16, "port": 30000, "running": True, "healthy": False,
+           "image_id": "sha256:" + "a" * 64, "deployed_at": "2026-12-01T09:00:00Z", "previous_image_id": "b" * 64}
+    lines = f.sglang_status_table([row, {**row, "previous_image_id": ""}]).splitlines()
+    assert lines[0].split() == ["HOST", "SERVICE", "PORT", "RUNNING", "HEALTHY", "IMAGE", "ID", "DEPLOYED", "PREVIOUS"]
+    assert lines[1].split() == ["h" * 16, "s" * 16, "30000", "yes", "no", "a" * 12, "2026-12-01T09:00:00Z", "b" * 12]
+    assert lines[2].split()[-1] == "-"
+    assert max(map(len, lines)) <= 120 - len("        ")  # the default callback indents a block by 8
+
+
+def test_image_names_are_tags_not_ids():
+    f = _filters()
+    assert f.sglang_image_name("rso:v2") == "rso:v2"
+    assert f.sglang_image_name("reg.example/ml/sglang@sha256:" + "c" * 64) == "reg.example/ml/sglang@sha256:" + "c" * 12
+    assert f.sglang_image_name("sha256:" + "d" * 64) == "d" * 12
+    assert f.sglang_image_name("") == f.sglang_image_name(None) == "nothing"
+
+
+def test_unknown_variables_are_named_with_a_suggestion():
+    f = _filters()
+    names = ["sglang_tp_sise", "sglang_port", "sglang_hosts", "sglang_frobnicate", "ansible_host", "sglang_health_retries"]
+    assert f.sglang_unknown_variables(names, DEPLOY / "roles") == [
+        "sglang_frobnicate", "sglang_tp_sise (did you mean sglang_tp_size?)"]
+    with pytest.raises(Exception, match="no role defaults found"):
+        f.sglang_unknown_variables(names, REPO / "docker")
+
+
 @pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "fleet-status", "deploy-smoke"])
 def test_make_targets_need_an_inventory(target):
     proc = subprocess.run(["make", "-f", "deploy/deploy.mk", target], capture_output=True, text=True, cwd=REPO)
@@ -152,10 +209,10 @@ def test_make_targets_need_an_inventory(target):
 
 
 def test_make_deploy_runs_the_deploy_playbook_with_batches_and_limit():
-    proc = subprocess.run(["make", "--no-print-directory", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=inv/site", "LIMIT=gpu0*",
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-f", "deploy/deploy.mk", "deploy", "INVENTORY=deploy/inventories/example", "LIMIT=gpu0*",
                            'SERIAL=[1,"50%"]', "ANSIBLE_PLAYBOOK=ansible-playbook"],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["ANSIBLE_CONFIG=deploy/ansible.cfg", "ansible-playbook", "-i", "inv/site", "--limit",
+    assert proc.stdout.split() == ["ANSIBLE_CONFIG=deploy/ansible.cfg", "ansible-playbook", "-i", "deploy/inventories/example", "--limit",
                                    "'gpu0*'", "-e", """'{"sglang_rollout_serial":""", """[1,"50%"]}'""",
                                    "deploy/playbooks/deploy.yml"]

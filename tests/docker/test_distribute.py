@@ -29,6 +29,19 @@ def test_save_then_load_yields_the_same_image_id(dockerd, built_image, tmp_path)
         dockerd.docker("rmi", "rso-keep:saved")
 
 
+def test_load_refuses_a_stale_image_id_file_naming_an_image_already_there(dockerd, built_image, standin_base, tmp_path):
+    """The .image-id names the base (on the daemon already): the tarball loads as the overlay image, so
+    `make load` must refuse, not report the base as checked because it exists."""
+    proc = make(dockerd, "save", f"IMAGE={built_image.ref}", f"DIST_DIR={tmp_path}")
+    assert proc.returncode == 0, proc.stdout
+    stem = built_image.ref.replace(":", "_")
+    (tmp_path / f"{stem}.image-id").write_text(built_image.base_id + "\n")
+    proc = make(dockerd, "load", f"TARBALL={tmp_path / (stem + '.tar.gz')}")
+    assert proc.returncode != 0, proc.stdout
+    assert f"loaded as {built_image.id}, not {built_image.base_id}" in proc.stdout, proc.stdout
+    assert "image ID checked" not in proc.stdout
+
+
 def test_load_refuses_a_damaged_copy(dockerd, built_image, tmp_path):
     tarball = tmp_path / "img.tar.gz"
     tarball.write_bytes(b"not an image")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 
-from tests.docker.helpers import fs_snapshot, make, run_in
+from tests.docker.conftest import UNTRACKED_SECRET
+from tests.docker.helpers import REPO, fs_snapshot, make, run_in
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +59,30 @@ def test_everything_else_is_byte_identical_to_the_base(dockerd, built_image):
     unexpected = sorted(p for p in after if p not in before and not ALLOWED_NEW.match(p))
     assert unexpected == [], "files the overlay must not add (secrets, caches, stray build files)"
     assert any(p.startswith("/opt/replayssm-overlay/") for p in after if p not in before)
+
+
+def _git(*args):
+    return subprocess.run(["git", "-C", str(REPO), *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_only_tracked_files_reach_the_image_and_the_revision_says_so(dockerd, built_image):
+    """The build ran with an untracked module in overlay/replayssm_overlay/ (conftest.UNTRACKED_SECRET):
+    the installed package holds exactly the tracked modules, the wheel in the image lists no other file,
+    and the revision label is the commit, `-dirty` exactly when tracked files differ from it."""
+    after = fs_snapshot(dockerd, built_image.ref)
+    installed = re.compile(r"^/usr/local/lib/python3\.\d+/dist-packages/replayssm_overlay/(.+\.py)$")
+    in_image = {m.group(1) for p in after if (m := installed.match(p))}
+    tracked = {p.removeprefix("overlay/replayssm_overlay/")
+               for p in _git("ls-files", "overlay/replayssm_overlay").split() if p.endswith(".py")}
+    assert in_image == tracked
+    assert not [p for p in after if UNTRACKED_SECRET.stem in p]
+    names = run_in(dockerd, built_image.ref, "python3", "-c",
+                   "import glob, zipfile; print('\\n'.join(n for w in glob.glob('/opt/replayssm-overlay/build/wheels/*.whl')"
+                   " for n in zipfile.ZipFile(w).namelist()))").stdout.split()
+    assert names and not [n for n in names if UNTRACKED_SECRET.stem in n]
+    dirty = bool(_git("diff", "--name-only", "HEAD", "--").strip())
+    revision = _labels(dockerd, built_image.ref)["org.opencontainers.image.revision"]
+    assert revision == _git("rev-parse", "HEAD").strip() + ("-dirty" if dirty else "")
 
 
 def test_labels_describe_base_overlay_and_patched_files(dockerd, built_image, overlay_version):

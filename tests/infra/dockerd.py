@@ -12,6 +12,7 @@ API (used by `tests/docker/conftest.py` and the Ansible tests):
     d = start_dockerd(Path("/tmp/x"), netns=None, insecure_registries=())   # returns when /_ping answers
     d.host          # "unix:///tmp/dkr-xxxx/docker.sock", the DOCKER_HOST value
     d.pid           # the daemon's PID (stop it by this, never by name)
+    d.kill(); d.start_again()   # a crash (SIGKILL) and the daemon coming back with the same data and socket
     d.env()         # os.environ + DOCKER_HOST + DOCKER_BUILDKIT=0, for subprocess calls
     d.docker("images", "-q")   # run the docker client against this daemon, CompletedProcess (text)
     d.stop()        # SIGTERM (then SIGKILL), unmount leftovers, remove every directory it created
@@ -58,6 +59,7 @@ class Dockerd:
     pid: int
     netns: str | None = None
     storage_driver: str = "vfs"
+    argv: list[str] = field(default_factory=list)
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -91,6 +93,35 @@ class Dockerd:
 
     def alive(self) -> bool:
         return _pid_alive(self.pid)
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (a crash: no shutdown of its containers), and reap it; `start_again` brings it back."""
+        os.kill(self.pid, signal.SIGKILL)
+        if self._proc is not None:
+            self._proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def start_again(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Start the daemon with its command line (same data, exec root, socket and containerd namespace)
+        and return once it answers /_ping; raise DockerdError (daemon stopped, directories removed) otherwise."""
+        log = open(self.log_path, "ab")
+        try:
+            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
+        finally:
+            log.close()
+        self.pid = self._proc.pid
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = _tail(self.log_path)
+                self.stop()
+                raise DockerdError(f"dockerd exited with status {self._proc.returncode} during start-up:\n{tail}")
+            if _ping(self.socket_path):
+                return
+            time.sleep(0.2)
+        tail = _tail(self.log_path)
+        self.stop()
+        raise DockerdError(f"dockerd did not answer /_ping within {timeout:.0f} s:\n{tail}")
 
     def stop(self) -> None:
         """Stop the daemon by its PID, then its managed containerd, and remove every directory it used."""
@@ -144,26 +175,9 @@ def start_dockerd(root: Path, netns: str | None = None, storage_driver: str | No
         # nsenter enters only the network namespace (`ip netns exec` also remounts /sys, which hides the
         # cgroup v1 mounts dockerd needs) and execs, so the PID is dockerd's
         cmd = ["nsenter", f"--net=/run/netns/{netns}", "--", *cmd]
-    log = open(root / "dockerd.log", "ab")
-    try:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    finally:
-        log.close()
-    daemon = Dockerd(root=root, run_dir=run_dir, pid=proc.pid, netns=netns, storage_driver=driver,
-                     _proc=proc)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = _tail(daemon.log_path)
-            daemon.stop()
-            raise DockerdError(f"dockerd exited with status {proc.returncode} during start-up:\n{tail}")
-        if _ping(daemon.socket_path):
-            return daemon
-        time.sleep(0.2)
-    tail = _tail(daemon.log_path)
-    daemon.stop()
-    raise DockerdError(f"dockerd did not answer /_ping within {timeout:.0f} s:\n{tail}")
+    daemon = Dockerd(root=root, run_dir=run_dir, pid=0, netns=netns, storage_driver=driver, argv=cmd)
+    daemon.start_again(timeout)
+    return daemon
 
 
 def _overlay_mount_works(root: Path) -> bool:

@@ -5,7 +5,14 @@ Why a filter and not Jinja: the mapping form (`name: true` -> `--name`, `name: v
 template would need mutation inside Jinja, which ansible-core 2.19 templating does not guarantee.
 """
 
+import difflib
+from pathlib import Path
+
+import yaml
 from ansible.errors import AnsibleFilterError
+
+# sglang_* variables the playbooks themselves read (not in any role's defaults)
+PLAYBOOK_VARIABLES = ("sglang_hosts", "sglang_rollout_serial")
 
 
 def sglang_flag_args(flags):
@@ -37,6 +44,45 @@ def sglang_flag_names(flags):
     return [str(name).lstrip("-") for name, value in (flags or {}).items() if value is not False and value is not None]
 
 
+def sglang_unknown_variables(names, roles_dir):
+    """`name (did you mean X?)` for each sglang_* name in `names` that no role's defaults/main.yml under
+    `roles_dir` declares (nor the playbooks read): a misspelled variable silently keeps the default."""
+    known = set(PLAYBOOK_VARIABLES)
+    for defaults in sorted(Path(roles_dir).glob("*/defaults/main.yml")):
+        known.update((yaml.safe_load(defaults.read_text()) or {}).keys())
+    if len(known) == len(PLAYBOOK_VARIABLES):
+        raise AnsibleFilterError(f"no role defaults found under {roles_dir}; the deploy tree is incomplete")
+    unknown = []
+    for name in sorted(str(n) for n in names if str(n).startswith("sglang_") and str(n) not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        unknown.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return unknown
+
+
+def sglang_image_name(ref):
+    """A short name an operator can read for an image reference: repo:tag as it is, repo@sha256:<12 hex>
+    for a digest, 12 hex for a bare image ID; "" and None stay "nothing"."""
+    ref = str(ref or "").strip()
+    if not ref or ref == "nothing":
+        return "nothing"
+    if "@sha256:" in ref:
+        repo, digest = ref.split("@sha256:", 1)
+        return f"{repo}@sha256:{digest[:12]}"
+    if ref.startswith("sha256:") or (len(ref) == 64 and all(c in "0123456789abcdef" for c in ref)):
+        return ref.replace("sha256:", "")[:12]
+    return ref
+
+
+STATUS_FORMAT = "%-16s %-16s %-6s %-7s %-7s %-12s %-20s %s"
+STATUS_HEADER = ("HOST", "SERVICE", "PORT", "RUNNING", "HEALTHY", "IMAGE ID", "DEPLOYED", "PREVIOUS")
+
+
+def sglang_status_table(rows):
+    """The status table (header + one line per node) as one string: printed as a block, never re-wrapped,
+    and under 120 columns for host and service names of up to 16 characters."""
+    return "\n".join([STATUS_FORMAT % STATUS_HEADER] + [sglang_status_line(row) for row in rows])
+
+
 def sglang_status_line(row):
     """Return one table line for a node's status row (see roles/sglang_status)."""
 
@@ -46,7 +92,7 @@ def sglang_status_line(row):
     def yes(value):
         return "yes" if str(value).lower() == "true" else "no"
 
-    return "%-16s %-16s %-6s %-8s %-8s %-19s %-20s %s" % (
+    return STATUS_FORMAT % (
         row.get("host", "?"),
         row.get("service", "?"),
         row.get("port", "?"),
@@ -65,5 +111,7 @@ class FilterModule:
         return {
             "sglang_flag_args": sglang_flag_args,
             "sglang_flag_names": sglang_flag_names,
-            "sglang_status_line": sglang_status_line,
+            "sglang_image_name": sglang_image_name,
+            "sglang_unknown_variables": sglang_unknown_variables,
+            "sglang_status_table": sglang_status_table,
         }

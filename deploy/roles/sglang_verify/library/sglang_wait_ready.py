@@ -1,0 +1,127 @@
+#!/usr/bin/python
+"""Wait until an SGLang server answers its health endpoints, and stop at once if its container dies.
+
+Why a module and not `uri` + `until`: the retry loop of a task can only re-run that one request, so a
+container that exited in its first second was still polled for the whole budget (60 x 10 s by default)
+and every normal model-load poll printed as `FAILED - RETRYING`. This module polls the endpoints in
+order and, between polls, the container's state through the Docker CLI on the node; it returns quietly
+once all answer 200, and fails with the exit code and the last log lines as soon as the container is
+no longer running (or is being restarted by its restart policy).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: sglang_wait_ready
+short_description: Wait for an SGLang server's health endpoints, failing fast when its container exits
+description:
+  - Polls each URL in I(urls) in order until it answers HTTP 200, at most I(retries) polls I(delay) seconds apart.
+  - Between polls it inspects I(container) and fails at once, with its exit code and last log lines, when it is not running.
+options:
+  urls: {description: URLs to wait for, in order, type: list, elements: str, required: true}
+  timeout: {description: Seconds one request may take, type: int, default: 10}
+  retries: {description: Polls before giving up, type: int, default: 60}
+  delay: {description: Seconds between polls, type: int, default: 10}
+  container: {description: Container whose state is checked between polls ("" to skip), type: str, default: ""}
+  docker_cli: {description: Docker client on the node, type: str, default: docker}
+  docker_host: {description: DOCKER_HOST of the daemon, type: str, default: "unix:///var/run/docker.sock"}
+  log_lines: {description: Log lines returned when the container died, type: int, default: 20}
+  must_pass: {description: Fail when the server does not become ready (false only reports), type: bool, default: true}
+author: sglang-replayssm-overlay
+"""
+
+EXAMPLES = r"""
+- name: Wait for the server
+  sglang_wait_ready:
+    urls: [http://127.0.0.1:30000/health, http://127.0.0.1:30000/health_generate]
+    container: sglang-overlay
+"""
+
+RETURN = r"""
+healthy: {description: every URL answered 200, type: bool, returned: always}
+waited_s: {description: seconds spent waiting, type: float, returned: always}
+exited: {description: the container stopped running during the wait, type: bool, returned: always}
+exit_code: {description: the container's exit code when it exited, type: int, returned: when exited}
+log_tail: {description: the container's last log lines when it exited, type: list, returned: when exited}
+"""
+
+
+def _docker(module, *args):
+    env = {"DOCKER_HOST": module.params["docker_host"]}
+    return module.run_command([module.params["docker_cli"], *args], environ_update=env)
+
+
+def _container_state(module):
+    """The container's State, or None when it is not found; fails the module when the daemon does not answer."""
+    rc, out, err = _docker(module, "inspect", "--type", "container", "--format",
+                           '{{json .State}}\t{{.RestartCount}}', module.params["container"])
+    if rc == 0:
+        state, restarts = out.rsplit("\t", 1)
+        return {**json.loads(state), "RestartCount": int(restarts)}
+    if "no such" in err.lower():
+        return None
+    module.fail_json(msg=f"the Docker daemon at {module.params['docker_host']} does not answer while waiting for "
+                         f"{module.params['container']}: {err.strip() or out.strip()}", healthy=False, exited=False,
+                     daemon_down=True, waited_s=0.0)
+
+
+def _status(url, timeout):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, ValueError):
+        return 0
+
+
+def main():
+    module = AnsibleModule(argument_spec={
+        "urls": {"type": "list", "elements": "str", "required": True},
+        "timeout": {"type": "int", "default": 10},
+        "retries": {"type": "int", "default": 60},
+        "delay": {"type": "int", "default": 10},
+        "container": {"type": "str", "default": ""},
+        "docker_cli": {"type": "str", "default": "docker"},
+        "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
+        "log_lines": {"type": "int", "default": 20},
+        "must_pass": {"type": "bool", "default": True},
+    }, supports_check_mode=True)
+    params = module.params
+    start = time.monotonic()
+    pending = list(params["urls"])
+    for attempt in range(max(params["retries"], 1)):
+        if params["container"]:
+            state = _container_state(module)
+            if state is None or not state.get("Running") or state.get("Restarting") or state["RestartCount"] > 0:
+                exit_code = (state or {}).get("ExitCode", -1)
+                rc, out, err = _docker(module, "logs", "--tail", str(params["log_lines"]), params["container"])
+                tail = (out + err).splitlines()[-params["log_lines"]:] if rc == 0 else []
+                what = "does not exist" if state is None else (
+                    f"was restarted after exiting with code {exit_code}" if state.get("Running") or state.get("Restarting")
+                    else f"exited with code {exit_code}")
+                module.fail_json(msg=f"container {params['container']} {what} while waiting for {pending[0]}",
+                                 healthy=False, exited=True, exit_code=exit_code, log_tail=tail,
+                                 waited_s=round(time.monotonic() - start, 1))
+        while pending and _status(pending[0], params["timeout"]) == 200:
+            pending.pop(0)
+        if not pending:
+            module.exit_json(changed=False, healthy=True, exited=False, waited_s=round(time.monotonic() - start, 1),
+                             attempts=attempt + 1)
+        time.sleep(params["delay"])
+    result = {"healthy": False, "exited": False, "waited_s": round(time.monotonic() - start, 1)}
+    msg = f"{pending[0]} did not answer 200 within {params['retries']} polls {params['delay']} s apart"
+    if params["must_pass"]:
+        module.fail_json(msg=msg, **result)
+    module.exit_json(changed=False, msg=msg, **result)
+
+
+if __name__ == "__main__":
+    main()
