@@ -136,3 +136,15 @@ def _fsync_dir(directory: pathlib.Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (one owned by another user counts): per-process records of dead
+    processes are left out of `status`."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

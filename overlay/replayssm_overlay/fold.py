@@ -32,6 +32,8 @@ import logging
 import os
 import threading
 
+from replayssm_overlay.cliutil import pid_alive
+
 ENV_FOLD = "RSO_FOLD"
 ENV_FALLBACK_DIR = "RSO_FALLBACK_DIR"
 DEFAULT_FALLBACK_DIR = "/tmp/replayssm-overlay-fallbacks"
@@ -157,7 +159,7 @@ def recorded_fallbacks() -> list:
     found = []
     for name in names:
         pid = name.removesuffix(".json")
-        if not (name.endswith(".json") and pid.isdigit() and _alive(int(pid))):
+        if not (name.endswith(".json") and pid.isdigit() and pid_alive(int(pid))):
             continue
         try:
             with open(os.path.join(folder, name)) as f:
@@ -165,16 +167,6 @@ def recorded_fallbacks() -> list:
         except (OSError, ValueError, AttributeError):
             continue  # being replaced, or not ours
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _plan(key, spec_state, batch, has_track, kernels):

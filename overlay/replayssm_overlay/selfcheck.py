@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from replayssm_overlay.cliutil import pid_alive
+
 ENV_RECORD_DIR = "RSO_STATE_DIR"
 RECORD_SCHEMA = 1
 REQUESTS = 2  # rows of the check's batch: one accepts the whole window, one a random shorter prefix
@@ -324,18 +326,10 @@ def read_records(folder: Path | None = None) -> list:
     for path in sorted(folder.glob("selfcheck-*.json")) if folder.is_dir() else []:
         try:
             record = json.loads(path.read_text())
-            record["alive"] = _alive(int(record["pid"]))
+            record["alive"] = pid_alive(int(record["pid"]))
         except (OSError, ValueError, KeyError, TypeError) as err:
             record = {"problem": f"unreadable record: {err}", "time": 0}
         records.append({**record, "path": str(path)})
     return sorted(records, key=lambda r: r.get("time", 0), reverse=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
