@@ -33,7 +33,8 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 WHEELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "wheels")
 # the overlay's refusal messages are written for a shell on an installed SGLang; in an image build the
 # fix is the base, so their own advice (reinstall, --sglang-dir, --allow-unverified) is cut off
-SHELL_ADVICE = re.compile(r"(?:\. |; )(?:Reinstall|reinstall|pass --sglang-dir|Run `replayssm-overlay revert`).*$", re.M)
+SHELL_ADVICE = re.compile(r"(?:\. |; )(?:Reinstall|reinstall|pass --sglang-dir|Run `replayssm-overlay revert`).*$"
+                          r"|(?:\. |; |, |\)|^)[^.;\n]*--allow-unverified.*$", re.M)
 
 
 class CheckFailed(Exception):
