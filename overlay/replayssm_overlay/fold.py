@@ -214,7 +214,7 @@ def fold_accepted_prefix(
     `accept_lens - 1` (the contract of SGLang's commit); None: computed here only if SGLang's commit runs
     (the overlay's conv rollback reads `accept_lens - 1` on the GPU)."""
     kind, _reason, kernels = chosen()
-    has_track = mamba_track_indices is not None and mamba_steps_to_track is not None
+    has_track = not (mamba_track_indices is None or mamba_steps_to_track is None)
     if kind != "sglang":
         batch = len(state_batch_indices)
         if batch == 0:
