@@ -33,6 +33,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from replayssm_overlay.cliutil import pid_alive
+
 DOCKERD = os.environ.get("RSO_DOCKERD", "dockerd")
 DOCKER_CLIENT = os.environ.get("RSO_DOCKER_CLIENT", "docker")
 READY_TIMEOUT_S = 60.0
@@ -92,7 +94,7 @@ class Dockerd:
         return proc
 
     def alive(self) -> bool:
-        return _pid_alive(self.pid)
+        return pid_alive(self.pid)
 
     def kill(self) -> None:
         """SIGKILL the daemon (a crash: no shutdown of its containers), and reap it; `start_again` brings it back."""
@@ -214,19 +216,9 @@ def _ping(sock_path: Path) -> bool:
     return reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n", 1)[0] and reply.endswith(b"OK")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _terminate(pid: int, proc: subprocess.Popen | None) -> None:
     """SIGTERM, wait up to STOP_TIMEOUT_S, then SIGKILL; reap our own child so no zombie is left."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         if proc is not None:
             proc.poll()
         return
@@ -238,7 +230,7 @@ def _terminate(pid: int, proc: subprocess.Popen | None) -> None:
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             return
-        if proc is None and not _pid_alive(pid):
+        if proc is None and not pid_alive(pid):
             return
         time.sleep(0.1)
     try:
