@@ -61,15 +61,29 @@ def _docker(module, *args):
 def _container_state(module):
     """The container's State, or None when it is not found; fails the module when the daemon does not answer."""
     rc, out, err = _docker(module, "inspect", "--type", "container", "--format",
-                           '{{json .State}}\t{{.RestartCount}}', module.params["container"])
+                           '{{json .State}}\t{{.RestartCount}}\t{{.Created}}\t{{.Id}}', module.params["container"])
     if rc == 0:
-        state, restarts = out.rsplit("\t", 1)
-        return {**json.loads(state), "RestartCount": int(restarts)}
+        state, restarts, created, container_id = out.strip().rsplit("\t", 3)
+        return {**json.loads(state), "RestartCount": int(restarts), "Created": created, "Id": container_id}
     if "no such" in err.lower():
         return None
     module.fail_json(msg=f"the Docker daemon at {module.params['docker_host']} does not answer while waiting for "
                          f"{module.params['container']}: {err.strip() or out.strip()}", healthy=False, exited=False,
                      daemon_down=True, waited_s=0.0)
+
+
+def _last_exit_code(module, state):
+    """The code the container last exited with. Once its restart policy has started it again, State.ExitCode
+    reads 0 (the daemon resets it on every start), so the record is the daemon's `die` events since the
+    container was created; State.ExitCode is the answer when there are none (or the CLI has no events)."""
+    if state.get("Running") or state.get("Restarting"):
+        rc, out, _ = _docker(module, "events", "--since", state["Created"], "--until", f"{time.time():.3f}",
+                             "--filter", f"container={state['Id']}", "--filter", "event=die",
+                             "--format", "{{.Actor.Attributes.exitCode}}")
+        codes = [line.strip() for line in out.splitlines() if line.strip().lstrip("-").isdigit()] if rc == 0 else []
+        if codes:
+            return int(codes[-1])
+    return state.get("ExitCode", -1)
 
 
 def _status(url, timeout):
@@ -101,7 +115,7 @@ def main():
         if params["container"]:
             state = _container_state(module)
             if state is None or not state.get("Running") or state.get("Restarting") or state["RestartCount"] > 0:
-                exit_code = (state or {}).get("ExitCode", -1)
+                exit_code = -1 if state is None else _last_exit_code(module, state)
                 rc, out, err = _docker(module, "logs", "--tail", str(params["log_lines"]), params["container"])
                 tail = (out + err).splitlines()[-params["log_lines"]:] if rc == 0 else []
                 what = "does not exist" if state is None else (
