@@ -8,10 +8,14 @@ that change a folder work on a copy.
 """
 
 import shutil
+import sys
 
 import pytest
 
-from tests.aot.aot_helpers import build_args, cli
+from replayssm_overlay.kernels import commit_plan
+from tests.aot.aot_helpers import ROOT, build_args, cli
+
+OVERLAY_KERNELS = ROOT / "overlay/replayssm_overlay/kernels"
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +50,19 @@ def built_overlay(tmp_path_factory):
     run = cli(*args)
     assert run.returncode == 0, run.stderr
     return out
+
+
+@pytest.fixture
+def compiled_modules(monkeypatch):
+    """The plan's kernel modules as compiled (not interpreted) copies: the CPU session may run Triton's
+    interpreter, whose functions have no source key to match the binaries against."""
+    import replayssm_overlay.kernels as package
+    from benchmarks.aot_sglang_fold import load_compiled
+
+    conv = load_compiled(OVERLAY_KERNELS / "conv_rollback.py", "rso_conv_rollback_compiled")
+    monkeypatch.setattr(package, "conv_rollback", conv)  # what the fold's copy imports
+    monkeypatch.setitem(sys.modules, "replayssm_overlay.kernels.conv_rollback", conv)
+    fold = load_compiled(OVERLAY_KERNELS / "gdn_fold.py", "rso_gdn_fold_compiled")
+    monkeypatch.setattr(commit_plan, "gdn_fold", fold)
+    monkeypatch.setattr(commit_plan, "conv_rollback", conv)
+    return fold, conv

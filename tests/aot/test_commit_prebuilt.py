@@ -4,33 +4,13 @@ misaligned tensor, an uncovered head geometry) is refused when the plan is made,
 launched. CPU only: the binaries' launches are recorded by a stand-in for Triton's CompiledKernel; what
 the kernels compute is checked on the GPU (benchmarks/gpu_commit.py)."""
 
-import sys
 import types
 
 import pytest
 import torch
 
 from replayssm_overlay.kernels import commit_plan, launch, loader
-from tests.aot.aot_helpers import ROOT
 from tests.aot.test_aot_loader import facts
-
-KERNELS = ROOT / "overlay/replayssm_overlay/kernels"
-
-
-@pytest.fixture
-def compiled_modules(monkeypatch):
-    """The plan's kernel modules as compiled (not interpreted) copies: the CPU session may run Triton's
-    interpreter, whose functions have no source key to match the binaries against."""
-    import replayssm_overlay.kernels as package
-    from benchmarks.aot_sglang_fold import load_compiled
-
-    conv = load_compiled(KERNELS / "conv_rollback.py", "rso_conv_rollback_compiled")
-    monkeypatch.setattr(package, "conv_rollback", conv)  # what the fold's copy imports
-    monkeypatch.setitem(sys.modules, "replayssm_overlay.kernels.conv_rollback", conv)
-    fold = load_compiled(KERNELS / "gdn_fold.py", "rso_gdn_fold_compiled")
-    monkeypatch.setattr(commit_plan, "gdn_fold", fold)
-    monkeypatch.setattr(commit_plan, "conv_rollback", conv)
-    return fold, conv
 
 
 @pytest.fixture

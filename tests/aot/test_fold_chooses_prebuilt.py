@@ -1,0 +1,78 @@
+"""The entry point's default choice on a node whose prebuilt kernels match: `fold.chosen()` opens the
+artifact folder, finds the commit kernel's binaries and says `overlay-prebuilt`, and a commit through
+`fold_accepted_prefix` then runs exactly one launch of a prebuilt binary (no SGLang fallback).
+
+Why this exists: the GPU integration run once found `fold._decide` asking the artifact set for a kernel
+the one-launch commit had removed, so every prebuilt decision raised; no CPU test went through that
+decision. CPU only: the node's GPU architecture (no GPU here) is given as sm_90, and the binary's launch
+is recorded by a stand-in for Triton's CompiledKernel, as in test_commit_prebuilt.py; what the kernel
+computes is checked on the GPU (benchmarks/gpu_commit.py).
+"""
+
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+
+from replayssm_overlay import fold
+from replayssm_overlay.kernels import loader
+from tests.aot.test_aot_loader import facts
+from tests.aot.test_commit_prebuilt import _pool
+
+
+@pytest.fixture
+def fresh_choice(monkeypatch, built_overlay, compiled_modules, tmp_path):
+    """The fold undecided, pointed at the build, with the compiled kernel modules the decision imports."""
+    import replayssm_overlay.kernels as package
+
+    compiled_fold, _conv = compiled_modules
+    monkeypatch.setattr(package, "gdn_fold", compiled_fold)
+    monkeypatch.setitem(sys.modules, "replayssm_overlay.kernels.gdn_fold", compiled_fold)
+    monkeypatch.setattr(loader.NodeFacts, "current", classmethod(lambda cls, arch=None: facts()))
+    monkeypatch.setenv(loader.ENV_DIR, str(built_overlay))
+    monkeypatch.setenv(fold.ENV_FALLBACK_DIR, str(tmp_path / "fallbacks"))
+    monkeypatch.delenv(fold.ENV_FOLD, raising=False)
+    monkeypatch.setattr(fold, "_choice", None)
+    monkeypatch.setattr(fold, "_plans", {})
+    monkeypatch.setattr(fold, "_fallbacks", {})
+    launches = []
+
+    class Recorder:
+        def __init__(self, binary):
+            self.binary = binary
+
+        def __getitem__(self, grid):
+            return lambda *args: launches.append((self.binary.spec["label"], grid))
+
+    monkeypatch.setattr(loader._Binary, "compiled", lambda binary: Recorder(binary))
+    return launches
+
+
+def test_the_default_choice_is_the_prebuilt_commit_and_one_launch_runs_it(fresh_choice, built_overlay):
+    kind, reason, artifacts = fold.chosen()
+    assert kind == "overlay-prebuilt", reason
+    assert artifacts is not None and artifacts.folder == built_overlay
+    pool = _pool(hv=32, h=16, window=16)
+    slots = torch.tensor([2, -1, 5], dtype=torch.int32)
+    lens = torch.tensor([16, 1, 7], dtype=torch.int32)
+    fold.fold_accepted_prefix(spec_state=pool, state_batch_indices=slots, accept_lens=lens)
+    assert len(fresh_choice) == 1, fresh_choice
+    label, grid = fresh_choice[0]
+    assert "track=False" in label and grid == (128 // 16, 3, 32 * 3)
+    assert fold.fallbacks() == [] and fold.describe()["fold"] == "overlay-prebuilt"
+
+
+def test_a_folder_without_the_commit_kernel_is_not_chosen(fresh_choice, monkeypatch, tmp_path):
+    """The decision asks the folder for the commit kernel itself: a build of another kernel only (here:
+    an empty kernel list) is refused with the reason, and the default falls back to SGLang's commit."""
+    other = tmp_path / "artifacts"
+    shutil.copytree(loader.artifact_dir(), other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["kernels"] = []
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv(loader.ENV_DIR, str(other))
+    kind, reason, artifacts = fold.chosen()
+    assert kind == "sglang" and artifacts is None
+    assert "no prebuilt binaries for kernel gdn_replayssm_fold_kernel" in reason
