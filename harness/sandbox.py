@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.selfcheck import ENV_RECORD_DIR
+from replayssm_overlay import records
 
 SUPPORTED_RELEASE = "0.5.19"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def probe_env(sglang_dir: pathlib.Path, fold: str | None = None, overlay_importa
     """The environment of a subprocess that imports the copy's sglang and this tree's packages; `fold`
     (if given) sets the overlay's fold choice. With `overlay_importable=False` a planted
     `replayssm_overlay` package that raises ImportError shadows the real one (next to the copy).
-    Self-check records go next to the copy (`selfcheck.ENV_RECORD_DIR`), which is deleted with it."""
+    Self-check and fallback records go next to the copy (`records.ENV_DIR`), which is deleted with it."""
     hidden = sglang_dir.parent / "overlay-hidden"
     if not overlay_importable:
         (hidden / "replayssm_overlay").mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def probe_env(sglang_dir: pathlib.Path, fold: str | None = None, overlay_importa
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TRITON_INTERPRET"] = "1"
-    env[ENV_RECORD_DIR] = str(sglang_dir.parent / "rso-state")
+    env[records.ENV_DIR] = str(sglang_dir.parent / "rso-state")
     if fold is not None:
         env[FOLD_VARIABLE] = fold
     return env

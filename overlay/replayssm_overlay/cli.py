@@ -17,7 +17,7 @@ import argparse
 import sys
 
 import replayssm_overlay
-from replayssm_overlay import fold, patcher, selfcheck
+from replayssm_overlay import fold, patcher, records, selfcheck
 from replayssm_overlay.aot.cli import add_build
 from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
 from replayssm_overlay.errors import OverlayError, from_os_error
@@ -281,11 +281,11 @@ def _status(args) -> int:
     return EXIT_OK
 
 
-def _selfcheck_lines(records: list) -> str:
-    if not records:
-        return f"selfcheck: no serving process has run it (records in {selfcheck.record_dir()})\n"
+def _selfcheck_lines(entries: list) -> str:
+    if not entries:
+        return f"selfcheck: no serving process has run it (records in {records.record_dir()})\n"
     lines = []
-    for r in records:
+    for r in entries:
         if "problem" in r:
             lines.append(f"selfcheck: {r['path']}: {r['problem']}")
         else:

@@ -22,21 +22,18 @@ The overlay's commit is a `kernels.commit_plan.CommitPlan` per (pool, batch size
 once, then two launches per call. A call the overlay's kernels do not cover (another head dim, a
 layout, dtype or alignment that no binary was built for) is refused before the state is touched and
 runs SGLang's commit for that call only; each such shape is logged once, counted in `describe()`, and
-written to `$RSO_FALLBACK_DIR/<pid>.json` so that `replayssm-overlay status --json` lists it.
+recorded on the node (`records.py`, kind "fallbacks") so that `replayssm-overlay status --json` lists it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 
-from replayssm_overlay.cliutil import pid_alive
+from replayssm_overlay import records
 
 ENV_FOLD = "RSO_FOLD"
-ENV_FALLBACK_DIR = "RSO_FALLBACK_DIR"
-DEFAULT_FALLBACK_DIR = "/tmp/replayssm-overlay-fallbacks"
 _MODES = ("auto", "overlay", "sglang")
 
 logger = logging.getLogger("replayssm_overlay.fold")
@@ -118,12 +115,6 @@ _fallbacks = {}  # shape key -> {"shape", "reason", "calls"}: the calls SGLang's
 MAX_PLANS = 256  # batch sizes x track choice x pools; beyond, the oldest plan is dropped
 
 
-def fallback_dir() -> str:
-    """Where serving processes list the shapes they ran SGLang's commit for, one file per process, so
-    that `replayssm-overlay status --json` (another process) can show them."""
-    return os.environ.get(ENV_FALLBACK_DIR) or DEFAULT_FALLBACK_DIR
-
-
 def _note_fallback(shape: str, reason: str) -> None:
     """Count one call of `shape` that SGLang's commit runs; log the first one and record it on disk."""
     with _lock:
@@ -136,37 +127,16 @@ def _note_fallback(shape: str, reason: str) -> None:
 
 
 def _record_fallbacks() -> None:
-    """Best effort (a commit never fails over its report): <fallback_dir>/<pid>.json, written atomically."""
-    from replayssm_overlay.cliutil import atomic_write_json
-
-    folder = fallback_dir()
-    try:
-        os.makedirs(folder, exist_ok=True)
-        atomic_write_json(os.path.join(folder, f"{os.getpid()}.json"),
-                          {"pid": os.getpid(), "shapes": [{"shape": e["shape"], "reason": e["reason"]}
-                                                          for e in _fallbacks.values()]})
-    except OSError as err:
-        logger.warning("ReplaySSM GDN fold: cannot record the fallback shapes in %s: %s", folder, err)
+    """Best effort (a commit never fails over its report): this process's fallbacks record."""
+    records.write("fallbacks", {"pid": os.getpid(), "shapes": [{"shape": e["shape"], "reason": e["reason"]}
+                                                                for e in _fallbacks.values()]}, logger)
 
 
 def recorded_fallbacks() -> list:
-    """The shapes live serving processes recorded (files of processes that are gone are ignored)."""
-    folder = fallback_dir()
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        pid = name.removesuffix(".json")
-        if not (name.endswith(".json") and pid.isdigit() and pid_alive(int(pid))):
-            continue
-        try:
-            with open(os.path.join(folder, name)) as f:
-                found += [dict(entry, pid=int(pid)) for entry in json.load(f).get("shapes", [])]
-        except (OSError, ValueError, AttributeError):
-            continue  # being replaced, or not ours
-    return found
+    """The shapes live serving processes recorded (records of processes that are gone are left out)."""
+    return [dict(entry, pid=record["pid"]) for record in records.read("fallbacks")
+            if record.get("alive") and isinstance(record.get("shapes"), list)
+            for entry in record["shapes"] if isinstance(entry, dict)]
 
 
 def _plan(key, spec_state, batch, has_track, kernels):
@@ -264,7 +234,7 @@ def describe() -> dict:
     decision; before, what the settings and artifact folder point to (the node checks -- Triton
     version, GPU arch, checksums -- run at that decision). `fallbacks`: the
     shapes this process ran SGLang's commit for; `fallbacks_recorded`: those of every live serving
-    process on this node (`fallback_dir()`), which is what `status --json` shows."""
+    process on this node (`records.py`), which is what `status --json` shows."""
     return {**_describe_choice(), "fallbacks_recorded": recorded_fallbacks()}
 
 

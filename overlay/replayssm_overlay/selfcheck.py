@@ -8,7 +8,7 @@ configurator lifts the KDA-only refusal (while the request pool is being built, 
 `check_before_serving` folds a small random window with the chosen fold and compares it with `torch.equal`
 against that kernel replayed token by token on the same inputs. On a mismatch (or if the check cannot
 run) the process switches to SGLang's own fold (`fold.fall_back_to_sglang`) and logs an error that says
-why. The outcome is written as a small JSON record per process (`record_dir()`), which
+why. The outcome is written as a small JSON record per process (`records.py`, kind "selfcheck"), which
 `replayssm-overlay status --json` reads from another process (`read_records`).
 
 Cost: one layer, two requests, the pool's own per-rank head shape, dtypes and verify window, launched
@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from replayssm_overlay.cliutil import pid_alive
+from replayssm_overlay import records
 
-ENV_RECORD_DIR = "RSO_STATE_DIR"
 RECORD_SCHEMA = 1
 REQUESTS = 2  # rows of the check's batch: one accepts the whole window, one a random shorter prefix
 CONV_DIM, CONV_WIDTH = 64, 3  # the check's conv state per slot (the commit's conv sizes are runtime values)
@@ -68,11 +66,6 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def record_dir() -> Path:
-    """Where each serving process writes its record: $RSO_STATE_DIR, else <tmp>/replayssm-overlay."""
-    return Path(os.environ.get(ENV_RECORD_DIR) or Path(tempfile.gettempdir()) / "replayssm-overlay")
-
-
 def check_before_serving(geometry: Geometry, *, seed: int | None = None) -> dict:
     """Run the check for this process's pool geometry (once; a second pool of the same geometry gets the
     same record), act on it (SGLang's fold on anything but a pass), write the record and return it."""
@@ -94,7 +87,7 @@ def check_before_serving(geometry: Geometry, *, seed: int | None = None) -> dict
         "seed": seed, "geometry": asdict(geometry), "fold": fold.describe(),
         "seconds": round(time.monotonic() - started, 3),
     }
-    _write(record)
+    records.write("selfcheck", record, logger)
     _checked[geometry] = record
     return record
 
@@ -305,31 +298,8 @@ def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
     return window
 
 
-def _write(record: dict) -> None:
-    from replayssm_overlay.cliutil import atomic_write_json
-
-    folder = record_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(folder / f"selfcheck-{record['pid']}.json", record)
-    except OSError as err:  # the record is for `status`; serving does not depend on it
-        logger.warning("replayssm-overlay: could not write the self-check record in %s: %s", folder, err)
-
-
 def read_records(folder: Path | None = None) -> list:
-    """Every process's record in `folder` (default `record_dir()`), newest first, each with `alive`
-    (whether that process still runs) and `path`; unreadable files are listed with their `problem`."""
-    import json
-
-    folder = folder or record_dir()
-    records = []
-    for path in sorted(folder.glob("selfcheck-*.json")) if folder.is_dir() else []:
-        try:
-            record = json.loads(path.read_text())
-            record["alive"] = pid_alive(int(record["pid"]))
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            record = {"problem": f"unreadable record: {err}", "time": 0}
-        records.append({**record, "path": str(path)})
-    return sorted(records, key=lambda r: r.get("time", 0), reverse=True)
+    """Every process's self-check record (`records.read`), newest first."""
+    return sorted(records.read("selfcheck", folder), key=lambda r: r.get("time", 0), reverse=True)
 
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from replayssm_overlay import fold
+from replayssm_overlay import fold, records
 from replayssm_overlay.kernels import loader
 from tests.aot.test_aot_loader import facts
 from tests.aot.test_commit_prebuilt import _pool
@@ -32,7 +32,7 @@ def fresh_choice(monkeypatch, built_overlay, compiled_modules, tmp_path):
     monkeypatch.setitem(sys.modules, "replayssm_overlay.kernels.gdn_fold", compiled_fold)
     monkeypatch.setattr(loader.NodeFacts, "current", classmethod(lambda cls, arch=None: facts()))
     monkeypatch.setenv(loader.ENV_DIR, str(built_overlay))
-    monkeypatch.setenv(fold.ENV_FALLBACK_DIR, str(tmp_path / "fallbacks"))
+    monkeypatch.setenv(records.ENV_DIR, str(tmp_path / "state"))
     monkeypatch.delenv(fold.ENV_FOLD, raising=False)
     monkeypatch.setattr(fold, "_choice", None)
     monkeypatch.setattr(fold, "_plans", {})

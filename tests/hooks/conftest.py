@@ -11,6 +11,6 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def self_check_records_in_tmp(monkeypatch, tmp_path):
     """The configurator rule runs the node's self-check, which writes a record: keep it in the test's tmp."""
-    from replayssm_overlay.selfcheck import ENV_RECORD_DIR
+    from replayssm_overlay import records
 
-    monkeypatch.setenv(ENV_RECORD_DIR, str(tmp_path / "rso-state"))
+    monkeypatch.setenv(records.ENV_DIR, str(tmp_path / "rso-state"))

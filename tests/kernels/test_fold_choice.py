@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from benchmarks.fold_cases import decode_reference, make_case
-from replayssm_overlay import fold
+from replayssm_overlay import fold, records
 from replayssm_overlay.errors import OverlayError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True)
 def fresh_choice(monkeypatch, tmp_path):
-    monkeypatch.setenv(fold.ENV_FALLBACK_DIR, str(tmp_path / "fallbacks"))
+    monkeypatch.setenv(records.ENV_DIR, str(tmp_path / "state"))
     monkeypatch.setattr(fold, "_choice", None)
     monkeypatch.setattr(fold, "_plans", {})
     monkeypatch.setattr(fold, "_fallbacks", {})

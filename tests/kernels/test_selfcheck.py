@@ -17,7 +17,7 @@ import types
 import pytest
 import torch
 
-from replayssm_overlay import fold, selfcheck
+from replayssm_overlay import fold, records, selfcheck
 from replayssm_overlay.kernels import launch
 
 SMALL = selfcheck.Geometry(num_v_heads=2, num_k_heads=1, head_v_dim=32, head_k_dim=128, window=4,
@@ -32,7 +32,7 @@ def overlay_fold(monkeypatch, tmp_path):
     monkeypatch.setattr(selfcheck, "_checked", {})
     monkeypatch.setenv(fold.ENV_FOLD, "overlay")
     monkeypatch.setenv("RSO_KERNEL_DIR", str(tmp_path / "no-kernels"))
-    monkeypatch.setenv(selfcheck.ENV_RECORD_DIR, str(tmp_path / "state"))
+    monkeypatch.setenv(records.ENV_DIR, str(tmp_path / "state"))
     if torch.cuda.is_available():
         from benchmarks.fold_cases import sglang_module
 
