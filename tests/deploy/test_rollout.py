@@ -214,6 +214,48 @@ def test_rollback_brings_back_the_previous_container(fleet, saved_images, tmp_pa
     assert fleet.nodes[2].containers() == before
 
 
+def _interrupt_exchange(node, after_renames: bool) -> None:
+    """Leave node's containers as a rollback's exchange (swap.yml) interrupted there would: its journal
+    written, the service container stopped and renamed to -swap, and, when `after_renames`, every
+    rename done and the new one started, but the state file not yet rewritten."""
+    before = node.containers()
+    node.state_dir.joinpath(f"{SERVICE}.swapping.json").write_text(json.dumps(
+        {"serving_id": before[SERVICE]["id"], "previous_id": before[SERVICE + "-previous"]["id"]}))
+    node.dockerd.docker("stop", "-t", "1", SERVICE)
+    node.dockerd.docker("rename", SERVICE, SERVICE + "-swap")
+    if after_renames:
+        node.dockerd.docker("rename", SERVICE + "-previous", SERVICE)
+        node.dockerd.docker("rename", SERVICE + "-swap", SERVICE + "-previous")
+        node.dockerd.docker("start", SERVICE)
+
+
+@pytest.mark.parametrize("after_renames", [False, True], ids=["after-the-first-rename", "before-the-state-file"])
+def test_a_rollback_interrupted_mid_exchange_loses_no_container(fleet, saved_images, tmp_path, after_renames):
+    """Without the exchange's journal the rerun found no <name> (or the two names swapped against the
+    state file), rolled back from there and left the serving container orphaned as -swap (or rolled
+    the wrong way); now the names are put back first, the rollback runs once, a second one rolls forward."""
+    node = fleet.nodes[0]
+    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"])
+    before = node.containers()
+    serving, kept = before[SERVICE], before[SERVICE + "-previous"]
+    _interrupt_exchange(node, after_renames)
+    result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node1")
+    assert result.rc == 0, result.output[-4000:]
+    assert ("node1: an earlier rollback was interrupted while exchanging sglang-test and sglang-test-previous; "
+            "both containers have their names from before it again") in " ".join(result.output.split())
+    after = node.containers()
+    assert set(after) == set(before) and SERVICE + "-swap" not in after
+    assert after[SERVICE]["id"] == kept["id"] and after[SERVICE]["running"]
+    assert after[SERVICE + "-previous"]["id"] == serving["id"] and not after[SERVICE + "-previous"]["running"]
+    assert node.state(SERVICE)["current"]["container_id"] == kept["id"]
+    assert not node.state_dir.joinpath(f"{SERVICE}.swapping.json").exists()
+    result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node1")
+    assert result.rc == 0, result.output[-4000:]
+    again = node.containers()
+    assert again[SERVICE]["id"] == serving["id"] and again[SERVICE]["running"]
+    assert again[SERVICE + "-previous"]["id"] == kept["id"]
+
+
 def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     before = fleet.nodes[0].containers()
