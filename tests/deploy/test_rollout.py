@@ -3,7 +3,8 @@ stand-in server image (tests/deploy/standin_image.py) with deploy/playbooks.
 
 The tests run in file order and build on each other (one fleet per session): a clean rollout, a rerun
 that changes nothing, a preflight failure that stops before any restart, a node whose new container is
-unhealthy (rolled back, no later batch touched), an on-demand rollback, an image ID mismatch after
+unhealthy (rolled back, no later batch touched), an on-demand rollback (also one interrupted between
+the renames of its exchange), an image ID mismatch after
 loading a tarball, the status report, a new container that exits (the wait stops at once, its log is
 kept), a distribute failure on one node (every staged tarball removed), and a node whose Docker daemon
 is killed during its batch (the last good container stays the rollback target through the rerun and
