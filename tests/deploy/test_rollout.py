@@ -257,6 +257,24 @@ def test_a_rollback_interrupted_mid_exchange_loses_no_container(fleet, saved_ima
     assert again[SERVICE + "-previous"]["id"] == kept["id"]
 
 
+def test_an_exchange_journal_naming_a_gone_container_changes_nothing_and_says_so(fleet, saved_images, tmp_path):
+    node = fleet.nodes[0]
+    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"])
+    before = node.containers()
+    journal = node.state_dir / f"{SERVICE}.swapping.json"
+    journal.write_text(json.dumps({"serving_id": before[SERVICE]["id"], "previous_id": "0" * 64}))
+    try:
+        result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node1")
+        kept = journal.exists()
+    finally:
+        journal.unlink(missing_ok=True)
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert "names containers that are gone (000000000000), so their names cannot be put back" in flat
+    assert "remove the journal and rerun" in flat
+    assert kept and node.containers() == before
+
+
 def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     before = fleet.nodes[0].containers()
