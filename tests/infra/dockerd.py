@@ -39,6 +39,8 @@ DOCKERD = os.environ.get("RSO_DOCKERD", "dockerd")
 DOCKER_CLIENT = os.environ.get("RSO_DOCKER_CLIENT", "docker")
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+CONTAINERD_ATTEMPTS = 3  # dockerd starts after a SIGKILL (start_again): tries when its containerd is too slow
+CONTAINERD_TIMEOUT = "timeout waiting for containerd to start"  # dockerd's message for that
 
 
 class DockerdError(RuntimeError):
@@ -102,25 +104,32 @@ class Dockerd:
         if self._proc is not None:
             self._proc.wait(timeout=STOP_TIMEOUT_S)
 
-    def start_again(self, timeout: float = READY_TIMEOUT_S) -> None:
+    def start_again(self, timeout: float = READY_TIMEOUT_S, attempts: int = CONTAINERD_ATTEMPTS) -> None:
         """Start the daemon with its command line (same data, exec root, socket and containerd namespace)
-        and return once it answers /_ping; raise DockerdError (daemon stopped, directories removed) otherwise."""
-        log = open(self.log_path, "ab")
-        try:
-            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
-        finally:
-            log.close()
-        self.pid = self._proc.pid
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                tail = _tail(self.log_path)
-                self.stop()
-                raise DockerdError(f"dockerd exited with status {self._proc.returncode} during start-up:\n{tail}")
-            if _ping(self.socket_path):
-                return
-            time.sleep(0.2)
+        and return once it answers /_ping; raise DockerdError (daemon stopped, directories removed) otherwise.
+        dockerd gives its containerd a fixed 15 s to start, which a loaded 2-core machine can miss after a
+        SIGKILL: that exit alone is retried, after the containerd it left is stopped."""
+        for attempt in range(1, attempts + 1):
+            log = open(self.log_path, "ab")
+            try:
+                self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              start_new_session=True)
+            finally:
+                log.close()
+            self.pid = self._proc.pid
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self._proc.poll() is None:
+                if _ping(self.socket_path):
+                    return
+                time.sleep(0.2)
+            if self._proc.poll() is None:
+                break
+            tail = _tail(self.log_path)
+            if attempt < attempts and CONTAINERD_TIMEOUT in tail:
+                self._stop_containerd()
+                continue
+            self.stop()
+            raise DockerdError(f"dockerd exited with status {self._proc.returncode} during start-up:\n{tail}")
         tail = _tail(self.log_path)
         self.stop()
         raise DockerdError(f"dockerd did not answer /_ping within {timeout:.0f} s:\n{tail}")
@@ -128,12 +137,15 @@ class Dockerd:
     def stop(self) -> None:
         """Stop the daemon by its PID, then its managed containerd, and remove every directory it used."""
         _terminate(self.pid, self._proc)
-        containerd_pid = _read_pid(self.run_dir / "exec" / "containerd" / "containerd.pid")
-        if containerd_pid is not None:
-            _terminate(containerd_pid, None)
+        self._stop_containerd()
         for base in (self.run_dir, self.root):
             unmount_below(base)
             shutil.rmtree(base, ignore_errors=True)
+
+    def _stop_containerd(self) -> None:
+        containerd_pid = _read_pid(self.run_dir / "exec" / "containerd" / "containerd.pid")
+        if containerd_pid is not None:
+            _terminate(containerd_pid, None)
 
     def __enter__(self) -> "Dockerd":
         return self
