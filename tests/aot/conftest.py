@@ -66,3 +66,23 @@ def compiled_modules(monkeypatch):
     monkeypatch.setattr(commit_plan, "gdn_fold", fold)
     monkeypatch.setattr(commit_plan, "conv_rollback", conv)
     return fold, conv
+
+
+@pytest.fixture
+def recorded(built_overlay, compiled_modules, monkeypatch):
+    """(prebuilt kernels of the build, calls): every launch of a prebuilt binary is recorded as
+    (spec, grid, args) by a stand-in for Triton's CompiledKernel instead of running (no GPU here)."""
+    from replayssm_overlay.kernels import launch, loader
+    from tests.aot.test_aot_loader import facts
+
+    calls = []
+
+    class Recorder:
+        def __init__(self, binary):
+            self.binary = binary
+
+        def __getitem__(self, grid):
+            return lambda *args: calls.append((self.binary.spec, grid, args))
+
+    monkeypatch.setattr(loader._Binary, "compiled", lambda binary: Recorder(binary))
+    return launch.PrebuiltKernels(loader.ArtifactSet.open(built_overlay, facts())), calls

@@ -9,23 +9,7 @@ import types
 import pytest
 import torch
 
-from replayssm_overlay.kernels import commit_plan, launch, loader
-from tests.aot.test_aot_loader import facts
-
-
-@pytest.fixture
-def recorded(built_overlay, compiled_modules, monkeypatch):
-    calls = []
-
-    class Recorder:
-        def __init__(self, binary):
-            self.binary = binary
-
-        def __getitem__(self, grid):
-            return lambda *args: calls.append((self.binary.spec, grid, args))
-
-    monkeypatch.setattr(loader._Binary, "compiled", lambda binary: Recorder(binary))
-    return launch.PrebuiltKernels(loader.ArtifactSet.open(built_overlay, facts())), calls
+from replayssm_overlay.kernels import commit_plan, loader
 
 
 def _pool(layers=3, slots=9, hv=16, h=4, v=128, window=4, dim=96, raw=torch.bfloat16, conv=torch.bfloat16):

@@ -5,7 +5,7 @@ artifact folder, finds the commit kernel's binaries and says `overlay-prebuilt`,
 Why this exists: the GPU integration run once found `fold._decide` asking the artifact set for a kernel
 the one-launch commit had removed, so every prebuilt decision raised; no CPU test went through that
 decision. CPU only: the node's GPU architecture (no GPU here) is given as sm_90, and the binary's launch
-is recorded by a stand-in for Triton's CompiledKernel, as in test_commit_prebuilt.py; what the kernel
+is recorded by a stand-in for Triton's CompiledKernel (conftest `recorded`); what the kernel
 computes is checked on the GPU (benchmarks/gpu_commit.py).
 """
 
@@ -23,7 +23,7 @@ from tests.aot.test_commit_prebuilt import _pool
 
 
 @pytest.fixture
-def fresh_choice(monkeypatch, built_overlay, compiled_modules, tmp_path):
+def fresh_choice(monkeypatch, built_overlay, compiled_modules, recorded, tmp_path):
     """The fold undecided, pointed at the build, with the compiled kernel modules the decision imports."""
     import replayssm_overlay.kernels as package
 
@@ -37,17 +37,7 @@ def fresh_choice(monkeypatch, built_overlay, compiled_modules, tmp_path):
     monkeypatch.setattr(fold, "_choice", None)
     monkeypatch.setattr(fold, "_plans", {})
     monkeypatch.setattr(fold, "_fallbacks", {})
-    launches = []
-
-    class Recorder:
-        def __init__(self, binary):
-            self.binary = binary
-
-        def __getitem__(self, grid):
-            return lambda *args: launches.append((self.binary.spec["label"], grid))
-
-    monkeypatch.setattr(loader._Binary, "compiled", lambda binary: Recorder(binary))
-    return launches
+    return recorded[1]  # the prebuilt launches, recorded
 
 
 def test_the_default_choice_is_the_prebuilt_commit_and_one_launch_runs_it(fresh_choice, built_overlay):
@@ -59,8 +49,8 @@ def test_the_default_choice_is_the_prebuilt_commit_and_one_launch_runs_it(fresh_
     lens = torch.tensor([16, 1, 7], dtype=torch.int32)
     fold.fold_accepted_prefix(spec_state=pool, state_batch_indices=slots, accept_lens=lens)
     assert len(fresh_choice) == 1, fresh_choice
-    label, grid = fresh_choice[0]
-    assert "track=False" in label and grid == (128 // 16, 3, 32 * 3)
+    spec, grid, _args = fresh_choice[0]
+    assert "track=False" in spec["label"] and grid == (128 // 16, 3, 32 * 3)
     assert fold.fallbacks() == [] and fold.describe()["fold"] == "overlay-prebuilt"
 
 
