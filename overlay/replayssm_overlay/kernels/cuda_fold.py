@@ -1,0 +1,190 @@
+"""The CUDA commit kernel (`gdn_fold.cu`) loaded into torch's CUDA context and launched with one driver
+call per commit.
+
+Why a launcher of our own: the kernel takes the Triton commit kernel's runtime arguments as one struct
+(`FoldArgs`), so a `commit_plan.CommitPlan` fills it once per (pool, batch size, track choice) and a
+commit only writes the four index-tensor pointers into it and calls `cuLaunchKernel` through ctypes on the
+current stream: no argument binding, no Python binding of CUDA, nothing allocated. CUDA-graph capture
+records the launch like any other on that stream.
+
+`CudaKernels` is the launch source of the "overlay-cuda" fold choice, with the `prepare` method of
+`launch.JitKernels` and `launch.PrebuiltKernels`: `commit_plan` needs no other change. Its binary is an
+sm_90 cubin from the artifact folder (compiled with NVRTC by `replayssm-overlay kernels build`, checked by
+the loader: `loader.ArtifactSet.cuda_kernels`). A pool the kernel does not cover (K != 128, V not a
+multiple of the item's columns, a window over 32 steps, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in `prepare`, before anything is launched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from replayssm_overlay.kernels import gdn_fold
+
+KERNELS = {(2, False): "gdn_fold_conv2", (2, True): "gdn_fold_conv2_track", (4, False): "gdn_fold_conv4",
+           (4, True): "gdn_fold_conv4_track"}  # (conv element bytes, track) -> entry point
+MAX_WINDOW = 32  # lane t of a warp holds step t's gates
+CONV_CHUNK = 512  # conv elements per conv unit (gdn_fold.cu)
+COLUMNS = 16  # state columns per work item: gdn_fold.cu's COLS for the layout nvrtc.py builds
+_CARVEOUT_MAX_SHARED = 100  # percent of L1 as shared memory: each resident warp stages an 8 KB tile
+_CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+_SIGNATURE = gdn_fold.fold_signature("bf16")  # the Triton kernel's runtime arguments, in order
+_POINTERS = tuple(name for name, ty in _SIGNATURE.items() if ty.startswith("*"))
+_INTS = tuple(name for name, ty in _SIGNATURE.items() if ty == "i32") + ("layers", "batch")
+
+
+class FoldArgs(ctypes.Structure):
+    """`struct FoldArgs` of gdn_fold.cu, field for field."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in _POINTERS] + [(name, ctypes.c_int32) for name in _INTS]
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed while loading the kernel (the caller falls back)."""
+
+
+_driver = None
+_driver_lock = threading.Lock()
+
+
+def driver() -> ctypes.CDLL:
+    global _driver
+    with _driver_lock:
+        if _driver is None:
+            lib = ctypes.CDLL("libcuda.so.1")
+            lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p,
+                                                                                  ctypes.c_void_p, ctypes.c_void_p]
+            lib.cuLaunchKernel.restype = ctypes.c_int
+            _driver = lib
+    return _driver
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        name = ctypes.c_char_p()
+        driver().cuGetErrorName(rc, ctypes.byref(name))
+        raise CudaError(f"{what}: {name.value.decode() if name.value else rc}")
+
+
+class LoadedFold:
+    """The cubin's four entry points in the primary context of one device, with their grid size."""
+
+    def __init__(self, cubin: bytes, device_index: int):
+        import torch
+
+        torch.cuda.init()
+        with torch.cuda.device(device_index):
+            torch.cuda.current_stream(device_index)  # makes torch's (primary) context current on this thread
+            lib = driver()
+            dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+            _check(lib.cuDeviceGet(ctypes.byref(dev), device_index), "cuDeviceGet")
+            _check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+            _check(lib.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+            try:
+                self._module = ctypes.c_void_p()
+                self._image = ctypes.create_string_buffer(cubin, len(cubin))
+                _check(lib.cuModuleLoadData(ctypes.byref(self._module), self._image), "cuModuleLoadData")
+                sms = ctypes.c_int()
+                _check(lib.cuDeviceGetAttribute(ctypes.byref(sms), _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                       "cuDeviceGetAttribute")
+                self.functions, self._per_sm, self._sms = {}, {}, sms.value
+                for key, name in KERNELS.items():
+                    fn = ctypes.c_void_p()
+                    _check(lib.cuModuleGetFunction(ctypes.byref(fn), self._module, name.encode()), f"cuModuleGetFunction {name}")
+                    _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                                  _CARVEOUT_MAX_SHARED), "cuFuncSetAttribute")
+                    self.functions[key] = fn
+            finally:
+                _check(lib.cuCtxPopCurrent_v2(ctypes.byref(ctx)), "cuCtxPopCurrent")
+
+    def programs(self, key, shared: int) -> int:
+        """Warps that fit on the device at once (the persistent grid) for one entry point and shared memory size."""
+        found = self._per_sm.get((key, shared))
+        if found is None:
+            per_sm = ctypes.c_int()
+            _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), self.functions[key], 32,
+                                                                         ctypes.c_size_t(shared)),
+                   "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            found = self._per_sm[(key, shared)] = max(1, per_sm.value) * self._sms
+        return found
+
+
+def smem_bytes(columns: int = COLUMNS) -> int:
+    """Dynamic shared memory of one warp (gdn_fold.cu `Smem`): the tile, two normalized-k rows, the mbarrier."""
+    return columns * 128 * 4 + 2 * 128 * 4 + 8
+
+
+def _covers(args, columns: int = COLUMNS) -> None:
+    """Raise FoldShapeNotSupported unless the kernel handles these (already Triton-checked) arguments."""
+    state, rawv, rawk = args[:3]  # the conv pair is Triton-checked: bf16, fp16 or fp32, 2 or 4 bytes a copy
+    V, RL = state.shape[3], rawv.shape[3]
+    if V % columns or RL > MAX_WINDOW:
+        raise gdn_fold.FoldShapeNotSupported(f"V={V} (need a multiple of {columns}) or window {RL} (at most {MAX_WINDOW})"
+                                             " for the CUDA kernel")
+    for name, t, align in (("state", state, 16), ("rawv", rawv, 16), ("rawk", rawk, 16), ("gate", args[5], 4),
+                           ("beta", args[6], 4)):
+        if t.data_ptr() % align:
+            raise gdn_fold.FoldShapeNotSupported(f"{name} is not {align}-byte aligned")
+
+
+class CudaKernels:
+    """The "overlay-cuda" launch source: `prepare` returns one commit's launch (see the module docstring)."""
+
+    kind = "overlay-cuda"
+    tree_numpy = False
+
+    def __init__(self, cubin: bytes, origin: str, columns: int = COLUMNS):
+        self.cubin, self.origin, self.columns = cubin, origin, columns  # columns: of this binary's layout
+        self._loaded = {}
+        self._lock = threading.Lock()
+
+    def loaded(self, device_index: int) -> LoadedFold:
+        """The binary loaded on that device (once; raises CudaError if the driver refuses it)."""
+        with self._lock:
+            fold = self._loaded.get(device_index)
+            if fold is None:
+                fold = self._loaded[device_index] = LoadedFold(self.cubin, device_index)
+            return fold
+
+    def prepare(self, fn, grid, args, constexprs, options, device_index=0):
+        """One commit's launch for the Triton kernel's runtime arguments `args` (the plan's pool tensors and
+        example index tensors), on `grid`'s batch size; FoldShapeNotSupported before anything is loaded
+        where the kernel does not cover the pool."""
+        import torch
+
+        if fn is not gdn_fold.gdn_replayssm_fold_kernel:
+            raise gdn_fold.FoldShapeNotSupported(f"no CUDA kernel for {getattr(fn, '__name__', fn)}")
+        _covers(args, self.columns)
+        fold = self.loaded(device_index)
+        key = (args[3].element_size(), bool(constexprs["HAS_TRACK"]))
+        function = fold.functions[key]
+        packed = pack(args, grid[1])
+        shared = smem_bytes(self.columns)
+        programs = max(1, min(fold.programs(key, shared), work_units(packed, self.columns)))
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
+        launch_kernel, stream_of = driver().cuLaunchKernel, torch._C._cuda_getCurrentRawStream
+
+        def launch(*runtime):
+            packed.slots, packed.accept_lens = runtime[7].data_ptr(), runtime[8].data_ptr()
+            packed.track_slots, packed.track_steps = runtime[9].data_ptr(), runtime[10].data_ptr()
+            rc = launch_kernel(function, programs, 1, 1, 32, 1, 1, shared, stream_of(device_index), params, None)
+            if rc != 0:
+                _check(rc, "cuLaunchKernel")
+
+        launch.keep = (packed, params, fold)  # the struct and the module live as long as the launch
+        return launch
+
+
+def pack(args, batch: int) -> FoldArgs:
+    """The kernel's argument struct from the Triton kernel's runtime arguments (tensors, then integers)."""
+    pointers, ints = args[:len(_POINTERS)], args[len(_POINTERS):]
+    if len(ints) != len(_INTS) - 2:
+        raise ValueError(f"{len(args)} arguments, the commit kernel takes {len(_POINTERS) + len(_INTS) - 2}")
+    return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch)
+
+
+def work_units(packed: FoldArgs, columns: int = COLUMNS) -> int:
+    """Programs that have work: fold items (layer, row, value head, column block) or conv units, the larger."""
+    rows = packed.layers * packed.batch
+    return max(rows * packed.HV * (packed.V // columns), rows * -(-packed.conv_elems // CONV_CHUNK), 1)

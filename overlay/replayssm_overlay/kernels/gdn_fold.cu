@@ -1,0 +1,397 @@
+// The overlay's GDN ReplaySSM commit as one CUDA kernel (sm_90): fold each row's accepted raw window into
+// its fp32 state, roll the conv windows back, store the track slot, bitwise equal to SGLang 0.5.19's decode
+// recurrence (`fused_sigmoid_gating_delta_rule_update`) run token by token. The default commit where it
+// loads (fold.py); the Triton kernel (gdn_fold.py) computes the same function from the same arguments.
+//
+// Why CUDA beside the Triton kernel: Triton infers layouts and shared memory, so its kernel l2-normalizes
+// k again in every thread, and its programs load their state tiles into registers in lock step, so the
+// state traffic adds to the compute instead of hiding under it (notes/perf.md, v4/v5). Here
+//   - each warp is a persistent program: the bulk copy (cp.async.bulk on an mbarrier) of its next work
+//     item's 8 KB state tile into shared memory is in flight while it folds the current one from registers;
+//   - each step's k is l2-normalized once per warp (4 k per lane) into shared memory and read back
+//     broadcast; the raw k and v of the next PREFETCH steps are in flight while a step computes;
+//   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit).
+// Every fp32 operation is the PTX instruction the decode kernel's Triton compile has (mul.rn, add.rn,
+// sub.rn, fma.rn, ex2.approx, sqrt.approx.ftz, div.full), in its association, so ptxas has nothing to
+// contract or reorder: that is what makes it bitwise, not the layout.
+//
+// The reduction tree (decode kernel, K = 128, Triton 3.6 and 3.7; gdn_fold.py says how it was read): with
+// k = 4 i + j, each sum over k is a chain per group i, fma(x3,y3, fma(x2,y2, fma(x0,y0, x1*y1))), then a
+// butterfly over i pairing i ^ 16, ^ 8, ^ 4, ^ 2, ^ 1 in that order. The norm: lane l holds group i = l, so
+// its butterfly is the shuffles 16 .. 1. The fold: lane l holds the groups i = NA m + (l % NA), m < MG, of
+// the CQ columns CQ (l / NA) .. CQ (l / NA) + CQ - 1 of its item, so the levels i ^ 16 .. i ^ NA pair m's
+// bits inside the thread (depth first: see the step loop) and i ^ (NA / 2) .. i ^ 1 are shuffles.
+// The build (nvrtc.py) uses the defaults below: NA = 8 lanes x 4 columns, 16 k x 4 columns = 64 state values
+// per thread, 16 columns per item, 12 warps per SM; notes/perf.md has the other layouts measured.
+//
+// Shapes (per tensor-parallel rank, as gdn_fold.py): state [L, S, HV, V, K] fp32 (k fastest), rawv
+// [L, S, HV, RL, V] bf16, rawk [L, S, H, RL, K] bf16, gate/beta [L, S, HV, RL] fp32, conv dst [L, S, dim, W]
+// and its window view src [L, rows, steps, dim, W] (any strides), index vectors [B] int32.
+// Work: a fold item is (layer, row, value head, block of COLS columns), a conv unit is CONV_CHUNK elements of
+// one (layer, row)'s window; program p of P takes conv units p, p + P, ... then fold items p, p + P, ...
+// Block: one warp. What the host checks first (cuda_fold.py): K = 128, V % COLS == 0, RL <= 32, 16-byte
+// aligned state and rings, 2- or 4-byte conv elements.
+
+#define K_DIM 128
+#define CONV_PER_LANE 16                   // conv elements each lane copies per conv unit
+#define CONV_CHUNK (32 * CONV_PER_LANE)    // conv elements per conv unit
+#ifndef LANE_A_BITS
+#define LANE_A_BITS 3                      // low bits of the group index i on the lanes
+#endif
+#ifndef CQ
+#define CQ 4                               // columns per thread (2 or 4)
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 12                      // warps per SM the registers are budgeted for
+#endif
+#define NA (1 << LANE_A_BITS)              // lanes per column group
+#define MG (32 >> LANE_A_BITS)             // groups of 4 k per thread and column
+#define COLS (CQ * 32 / NA)                // columns per fold item (one warp)
+#define TILE_FLOATS (COLS * K_DIM)         // contiguous in the state
+
+struct FoldArgs {  // the Triton kernel's runtime arguments, in its order, then the grid it had
+  float* state;
+  const unsigned short* rawv;
+  const unsigned short* rawk;
+  const unsigned char* conv_src;
+  unsigned char* conv_dst;
+  const float* gate;
+  const float* beta;
+  const int* slots;
+  const int* accept_lens;
+  const int* track_slots;
+  const int* track_steps;
+  int state_layer_tiles, state_slot_tiles, rawv_layer_rows, rawv_slot_rows, rawk_layer_rows, rawk_slot_rows;
+  int gate_layer_stride, gate_slot_stride, HV, GROUP, V, RL;
+  int conv_elems, conv_width, conv_chunk, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim;
+  int conv_src_win, conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots;
+  int layers, batch;
+};
+
+// ---- the decode kernel's fp32 instructions, one each
+__device__ __forceinline__ float mul_rn(float a, float b) { float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ float add_rn(float a, float b) { float r; asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ float sub_rn(float a, float b) { float r; asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { float r; asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c)); return r; }
+__device__ __forceinline__ float ex2_approx(float a) { float r; asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
+__device__ __forceinline__ float sqrt_approx_ftz(float a) { float r; asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
+__device__ __forceinline__ float div_full(float a, float b) { float r; asm("div.full.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+
+__device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
+
+// x0*y0 + x1*y1 + x2*y2 + x3*y3 as the decode kernel's chain for one group
+__device__ __forceinline__ float chain4(float4 x, float4 y) {
+  float s = fma_rn(x.x, y.x, mul_rn(x.y, y.y));
+  s = fma_rn(x.z, y.z, s);
+  return fma_rn(x.w, y.w, s);
+}
+
+// ---- bulk copy global -> shared on an mbarrier (one thread issues, every lane waits)
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra WAIT;\n}"
+      :: "r"(bar), "r"(parity) : "memory");
+}
+
+// ---- work items
+struct Item {
+  int layer, row, hv, block;
+};
+
+__device__ __forceinline__ Item item_at(int i, const FoldArgs& a, int blocks) {
+  Item it;
+  it.block = i % blocks;
+  i /= blocks;
+  it.hv = i % a.HV;
+  i /= a.HV;
+  it.row = i % a.batch;
+  it.layer = i / a.batch;
+  return it;
+}
+
+// the first fold item at or after i (stepping by P) whose row folds anything
+__device__ __forceinline__ int next_item(int i, int P, int total, const FoldArgs& a, int per_row) {
+  for (; i < total; i += P) {
+    int row = (i / per_row) % a.batch;
+    if (__ldg(a.slots + row) >= 0 && __ldg(a.accept_lens + row) > 0) return i;
+  }
+  return total;
+}
+
+__device__ __forceinline__ long long tile_offset(const FoldArgs& a, int layer, int hv, long long slot, int block) {
+  return ((long long)layer * a.state_layer_tiles + hv + slot * a.state_slot_tiles) * (long long)(K_DIM) * a.V +
+         (long long)block * TILE_FLOATS;
+}
+
+// ---- the conv rollback: dst[layer, slot].flat[e] = src[layer, row, step] at (e / W, e % W); each lane
+// loads its CONV_PER_LANE elements of the unit before it stores any (one memory latency per unit, not one
+// per element)
+template <typename E>
+__device__ __forceinline__ void copy_window(const FoldArgs& a, int layer, int row, int slot, int step, int start) {
+  if (slot < 0 || slot >= a.conv_slots || step < 0 || step >= a.conv_steps || row >= a.conv_rows) return;
+  const E* src = reinterpret_cast<const E*>(a.conv_src) + (long long)layer * a.conv_src_layer +
+                 (long long)row * a.conv_src_row + (long long)step * a.conv_src_step;
+  E* dst = reinterpret_cast<E*>(a.conv_dst) + (long long)layer * a.conv_dst_layer + (long long)slot * a.conv_dst_slot;
+  const int e0 = start + (int)threadIdx.x, W = a.conv_width;
+  const int d_step = 32 / W, w_step = 32 - d_step * W;  // (d, w) of e + 32 from those of e
+  int d = e0 / W, w = e0 - (e0 / W) * W;
+  E vals[CONV_PER_LANE];
+#pragma unroll
+  for (int j = 0; j < CONV_PER_LANE; ++j) {
+    if (e0 + 32 * j < a.conv_elems) vals[j] = src[(long long)d * a.conv_src_dim + (long long)w * a.conv_src_win];
+    d += d_step;
+    w += w_step;
+    if (w >= W) {
+      w -= W;
+      ++d;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < CONV_PER_LANE; ++j)
+    if (e0 + 32 * j < a.conv_elems) dst[e0 + 32 * j] = vals[j];
+}
+
+template <typename E, bool HAS_TRACK>
+__device__ __forceinline__ void conv_units(const FoldArgs& a, int P) {
+  int per_row = (a.conv_elems + CONV_CHUNK - 1) / CONV_CHUNK;
+  int total = a.layers * a.batch * per_row;
+  for (int u = blockIdx.x; u < total; u += P) {
+    int chunk = u % per_row, rest = u / per_row;
+    int row = rest % a.batch, layer = rest / a.batch;
+    copy_window<E>(a, layer, row, __ldg(a.slots + row), __ldg(a.accept_lens + row) - 1, chunk * CONV_CHUNK);
+    if (HAS_TRACK) copy_window<E>(a, layer, row, __ldg(a.track_slots + row), __ldg(a.track_steps + row), chunk * CONV_CHUNK);
+  }
+}
+
+__device__ __forceinline__ void store_tile(float* dst, const float4 (&h)[CQ][MG], int pair, int asub) {
+#pragma unroll
+  for (int q = 0; q < CQ; ++q)
+#pragma unroll
+    for (int m = 0; m < MG; ++m)
+      *reinterpret_cast<float4*>(dst + (CQ * pair + q) * K_DIM + 4 * (m * NA + asub)) = h[q][m];
+}
+
+// m with its low log2(MG) bits reversed: the order that evaluates the in-thread tree depth first
+__device__ __forceinline__ constexpr int bit_reversed(int x) {
+  int m = 0;
+  for (int b = 1, r = MG >> 1; b < MG; b <<= 1, r >>= 1) m |= (x & b) ? r : 0;
+  return m;
+}
+
+// Shared memory of one warp: the state tile of the item it folds next, the normalized k of two steps, and
+// the mbarrier the tile's bulk copy completes on (`cuda_fold.smem_bytes`: 9 KB at 16 columns).
+struct Smem {
+  float* tile;
+  float* knorm;  // [2][K_DIM]
+  unsigned bar;
+};
+
+__device__ __forceinline__ Smem carve(unsigned char* base) {
+  Smem m;
+  m.tile = reinterpret_cast<float*>(base);
+  m.knorm = m.tile + TILE_FLOATS;
+  m.bar = smem_addr(m.knorm + 2 * K_DIM);
+  return m;
+}
+
+// lane 0: the bulk copy of item i's state tile
+__device__ __forceinline__ void stage_tile(const FoldArgs& a, const Smem& m, int i, int blocks) {
+  const Item x = item_at(i, a, blocks);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // after this warp's reads of the tile
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(m.bar), "r"(TILE_FLOATS * 4) : "memory");
+  bulk_copy(smem_addr(m.tile), a.state + tile_offset(a, x.layer, x.hv, __ldg(a.slots + x.row), x.block), TILE_FLOATS * 4,
+            m.bar);
+}
+
+// a shared-memory read the compiler may neither hoist nor merge with another (it would keep the value in
+// registers across the step, which costs occupancy)
+__device__ __forceinline__ float4 lds4(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+
+// k / sqrt(sum k^2 + 1e-6) of one step (lane l: its raw k[4l .. 4l+3]) into the knorm row `out`
+__device__ __forceinline__ void normalize_k(uint2 w, float* out) {
+  const int lane = threadIdx.x;
+  const float4 k = make_float4(bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y));
+  float ss = chain4(k, k);
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) ss = add_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
+  const float r = div_full(1.0f, sqrt_approx_ftz(add_rn(ss, 1e-6f)));
+  *reinterpret_cast<float4*>(out + 4 * lane) = make_float4(mul_rn(k.x, r), mul_rn(k.y, r), mul_rn(k.z, r), mul_rn(k.w, r));
+}
+
+#define PREFETCH 2  // steps of raw k and v in flight ahead of the one computing
+
+struct VRaw {  // one step's raw v of a thread's CQ columns (bf16 pairs)
+  unsigned x[CQ / 2];
+};
+
+__device__ __forceinline__ VRaw load_v(const unsigned short* p) {
+  VRaw r;
+#if CQ == 4
+  const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
+  r.x[0] = w.x;
+  r.x[1] = w.y;
+#else
+  r.x[0] = __ldg(reinterpret_cast<const unsigned*>(p));
+#endif
+  return r;
+}
+
+template <typename E, bool HAS_TRACK>
+__device__ __forceinline__ void fold_body(const FoldArgs& a) {
+  extern __shared__ __align__(128) unsigned char smem_base[];
+  const Smem sm = carve(smem_base);
+  const int lane = threadIdx.x, pair = lane >> LANE_A_BITS, asub = lane & (NA - 1);
+  const int P = gridDim.x;
+  const int blocks = a.V / COLS, per_row = a.HV * blocks;
+  const int total = a.layers * a.batch * per_row;
+  const unsigned k_lane = smem_addr(sm.knorm) + 16 * asub;
+  if (lane == 0) mbar_init(sm.bar);
+  __syncwarp();
+
+  int it = next_item(blockIdx.x, P, total, a, per_row);
+  if (lane == 0 && it < total) stage_tile(a, sm, it, blocks);
+  conv_units<E, HAS_TRACK>(a, P);  // while the first tile is in flight
+
+  unsigned parity = 0;
+  while (it < total) {
+    const Item x = item_at(it, a, blocks);
+    const long long slot = __ldg(a.slots + x.row);
+    const int n_commit = min(__ldg(a.accept_lens + x.row), a.RL);
+    const unsigned short* p_k = a.rawk + ((long long)x.layer * a.rawk_layer_rows + slot * a.rawk_slot_rows +
+                                          (long long)(x.hv / a.GROUP) * a.RL) * K_DIM + 4 * lane;
+    const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
+                                          (long long)x.hv * a.RL) * a.V + x.block * COLS + CQ * pair;
+    const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL;
+    float g_lane = 0.f, beta_lane = 0.f;  // lane t holds step t's gates
+    if (lane < n_commit) {
+      g_lane = __ldg(a.gate + gb + lane);
+      beta_lane = __ldg(a.beta + gb + lane);
+    }
+    // raw k and v of steps 0 .. PREFETCH (clamped to the last accepted step: loads past it are not used)
+    uint2 kq[PREFETCH + 1];
+    VRaw vq[PREFETCH + 1];
+#pragma unroll
+    for (int d = 0; d <= PREFETCH; ++d) {
+      const int t = min(d, n_commit - 1);
+      kq[d] = __ldg(reinterpret_cast<const uint2*>(p_k + t * K_DIM));
+      vq[d] = load_v(p_v + t * a.V);
+    }
+    int track_step = -1;
+    long long track_slot = -1;
+    if (HAS_TRACK) {
+      track_slot = __ldg(a.track_slots + x.row);
+      track_step = track_slot >= 0 ? __ldg(a.track_steps + x.row) : -1;
+    }
+    mbar_wait(sm.bar, parity);
+    parity ^= 1;
+    float4 h[CQ][MG];
+#pragma unroll
+    for (int q = 0; q < CQ; ++q)
+#pragma unroll
+      for (int m = 0; m < MG; ++m) h[q][m] = lds4(smem_addr(sm.tile + (CQ * pair + q) * K_DIM + 4 * (m * NA + asub)));
+    __syncwarp();
+    const int next = next_item(it + P, P, total, a, per_row);
+    if (lane == 0 && next < total) stage_tile(a, sm, next, blocks);  // into the tile just read
+    normalize_k(kq[0], sm.knorm);
+
+    for (int t = 0; t < n_commit; ++t) {
+      const unsigned kb = k_lane + ((t & 1) ? K_DIM * 4 : 0);  // this lane's first group of step t's k
+      float vr[CQ];
+#pragma unroll
+      for (int q = 0; q < CQ; q += 2) {
+        vr[q] = bf16_lo(vq[0].x[q / 2]);
+        vr[q + 1] = bf16_hi(vq[0].x[q / 2]);
+      }
+      const uint2 k_next = kq[1];
+#pragma unroll
+      for (int d = 0; d < PREFETCH; ++d) {
+        kq[d] = kq[d + 1];
+        vq[d] = vq[d + 1];
+      }
+      const int ahead = min(t + 1 + PREFETCH, n_commit - 1);
+      kq[PREFETCH] = __ldg(reinterpret_cast<const uint2*>(p_k + ahead * K_DIM));
+      vq[PREFETCH] = load_v(p_v + ahead * a.V);
+      const float g = __shfl_sync(0xffffffffu, g_lane, t);
+      const float b = __shfl_sync(0xffffffffu, beta_lane, t);
+      const float decay = ex2_approx(mul_rn(g, __int_as_float(0x3FB8AA3B)));
+      __syncwarp();  // knorm row t & 1 written by every lane
+
+      // h *= exp(g); d = h^T k per column, the tree above evaluated depth first: x's bits reversed are m, and
+      // part[q][l] holds the pending sum of level l (a binary counter's carries are the tree's additions)
+      constexpr int LEVELS = 5 - LANE_A_BITS;
+      float part[CQ][LEVELS], d[CQ];
+#pragma unroll
+      for (int x4 = 0; x4 < MG; ++x4) {
+        const int m = bit_reversed(x4);
+        const float4 kk = lds4(kb + 16 * m * NA);
+#pragma unroll
+        for (int q = 0; q < CQ; ++q) {
+          float4 w = h[q][m];
+          w = make_float4(mul_rn(w.x, decay), mul_rn(w.y, decay), mul_rn(w.z, decay), mul_rn(w.w, decay));
+          h[q][m] = w;
+          float sum = chain4(w, kk);
+          int level = 0;
+#pragma unroll
+          for (int c = x4; c & 1; c >>= 1) sum = add_rn(part[q][level++], sum);  // i ^ 16, ^ 8, ...
+          if (level < LEVELS) part[q][level] = sum; else d[q] = sum;
+        }
+      }
+      // the next step's k, off this step's critical path (its row was last read a step ago)
+      if (t + 1 < n_commit) normalize_k(k_next, sm.knorm + ((t + 1) & 1) * K_DIM);
+      float vv[CQ];
+#pragma unroll
+      for (int q = 0; q < CQ; ++q) {
+        float dot = d[q];
+#pragma unroll
+        for (int o = NA >> 1; o >= 1; o >>= 1) dot = add_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));  // .., i ^ 1
+        vv[q] = mul_rn(sub_rn(vr[q], dot), b);
+      }
+      // h += k v^T
+#pragma unroll
+      for (int m = 0; m < MG; ++m) {
+        const float4 kk = lds4(kb + 16 * m * NA);
+#pragma unroll
+        for (int q = 0; q < CQ; ++q) {
+          const float4 w = h[q][m];
+          h[q][m] = make_float4(fma_rn(kk.x, vv[q], w.x), fma_rn(kk.y, vv[q], w.y), fma_rn(kk.z, vv[q], w.z),
+                                fma_rn(kk.w, vv[q], w.w));
+        }
+      }
+      if (HAS_TRACK && t == track_step)
+        store_tile(a.state + tile_offset(a, x.layer, x.hv, track_slot, x.block), h, pair, asub);
+    }
+    store_tile(a.state + tile_offset(a, x.layer, x.hv, slot, x.block), h, pair, asub);
+    __syncwarp();
+    it = next;
+  }
+}
+
+#define FOLD_KERNEL(NAME, E, TRACK) \
+  extern "C" __global__ void __launch_bounds__(32, MIN_BLOCKS) NAME(const __grid_constant__ FoldArgs a) { \
+    fold_body<E, TRACK>(a); \
+  }
+
+FOLD_KERNEL(gdn_fold_conv2, unsigned short, false)
+FOLD_KERNEL(gdn_fold_conv2_track, unsigned short, true)
+FOLD_KERNEL(gdn_fold_conv4, unsigned int, false)
+FOLD_KERNEL(gdn_fold_conv4_track, unsigned int, true)

@@ -1,0 +1,110 @@
+"""The CUDA commit kernel (kernels/gdn_fold.cu, kernels/cuda_fold.py): what can be checked without a GPU
+(it compiles for sm_90 with NVRTC within its register budget, its argument struct is the kernel's, the
+host refuses what the kernel does not cover, stale artifacts are refused) and, on a GPU (marked `gpu`),
+that it is bitwise equal to SGLang's decode kernel run token by token."""
+
+import ctypes
+import re
+
+import pytest
+import torch
+
+from benchmarks.fold_cases import decode_reference, make_case
+from replayssm_overlay.kernels import cuda_fold, gdn_fold, nvrtc
+
+BUDGET_REGISTERS = 168  # 12 warps per SM: the build's MIN_BLOCKS
+SOURCE = nvrtc.SOURCE.read_text()
+
+
+def _fold_args(state, rawv, rawk, g, beta, slots, lens, conv=None):
+    ints = gdn_fold.runtime_args(state, rawv, rawk, g, beta)
+    src, dst, conv_ints = gdn_fold.conv_args(state, *(conv or (None, None)))
+    return (state, rawv, rawk, src, dst, g, beta, slots, lens, slots, lens, *ints, *conv_ints)
+
+
+def _pool(V=128, RL=16, L=2, S=3, HV=4, H=2, device="cpu"):
+    state = torch.zeros(L, S, HV, V, 128, device=device)
+    rawv = torch.zeros(L, S, HV, RL, V, dtype=torch.bfloat16, device=device)
+    rawk = torch.zeros(L, S, H, RL, 128, dtype=torch.bfloat16, device=device)
+    g = torch.zeros(L, S, HV, RL, device=device)
+    return state, rawv, rawk, g, torch.zeros_like(g)
+
+
+def test_source_compiles_for_sm90_within_its_register_budget():
+    cubin, report = nvrtc.build_fold()
+    assert cubin[:4] == b"\x7fELF" and report["arch"] == "sm_90"
+    assert set(report["ptxas"]) == set(cuda_fold.KERNELS.values())
+    for name, entry in report["ptxas"].items():
+        assert entry["registers"] <= BUDGET_REGISTERS, (name, entry)
+        assert entry["spill_bytes"] <= 16, (name, entry)  # a few bytes of the track variants' prologue
+
+
+def test_argument_struct_is_the_kernels_field_for_field():
+    body = re.search(r"struct FoldArgs \{(.*?)\};", SOURCE, re.S).group(1)
+    fields = []
+    for decl in re.sub(r"//.*", "", body).split(";"):
+        decl = decl.strip()
+        if decl:
+            pointer = "*" in decl
+            names = decl.split("*")[-1] if pointer else decl.split(None, 1)[1]
+            fields += [(n.strip(), pointer) for n in names.split(",")]
+    assert fields == [(name, ty is ctypes.c_void_p) for name, ty in cuda_fold.FoldArgs._fields_]
+    # and the Triton kernel's runtime arguments, in its order, come first
+    assert [name for name, _ in fields[:-2]] == list(gdn_fold.fold_signature("bf16"))
+
+
+def test_pack_puts_each_runtime_argument_in_its_field():
+    state, rawv, rawk, g, beta = _pool(RL=8)
+    slots, lens = torch.tensor([0, 2], dtype=torch.int32), torch.tensor([8, 3], dtype=torch.int32)
+    args = _fold_args(state, rawv, rawk, g, beta, slots, lens)
+    packed = cuda_fold.pack(args, batch=2)
+    assert (packed.state, packed.rawk, packed.accept_lens) == (state.data_ptr(), rawk.data_ptr(), lens.data_ptr())
+    assert (packed.HV, packed.GROUP, packed.V, packed.RL, packed.layers, packed.batch) == (4, 2, 128, 8, 2, 2)
+    assert packed.state_slot_tiles == 4 and packed.rawk_slot_rows == 2 * 8
+    assert cuda_fold.work_units(packed) == 2 * 2 * 4 * (128 // cuda_fold.COLUMNS)
+    with pytest.raises(ValueError, match="arguments"):
+        cuda_fold.pack(args[:-1], batch=2)
+
+
+@pytest.mark.parametrize("what", ["V", "window", "misaligned rawk"])
+def test_pools_the_kernel_does_not_cover_are_refused_before_anything_loads(what):
+    """Pools the Triton kernel takes but a CUDA build does not: V not a multiple of a (32-column) layout's
+    item, a window of more steps than a warp has lanes, a ring that is not 16-byte aligned."""
+    state, rawv, rawk, g, beta = _pool(V=48 if what == "V" else 128, RL=33 if what == "window" else 8)
+    if what == "misaligned rawk":
+        rawk = torch.zeros(rawk.numel() + 1, dtype=torch.bfloat16)[1:].view(rawk.shape)
+    slots = lens = torch.zeros(1, dtype=torch.int32)
+    args = _fold_args(state, rawv, rawk, g, beta, slots, lens)  # the Triton kernel's checks pass
+    kernels = cuda_fold.CudaKernels(b"not a cubin", "test", columns=32 if what == "V" else cuda_fold.COLUMNS)
+    with pytest.raises(gdn_fold.FoldShapeNotSupported):
+        kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, (8, 1, 8), args, gdn_fold.fold_constexprs(False, False),
+                        {}, 0)
+    assert kernels._loaded == {}  # refused before the binary was loaded
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("track", [False, True])
+def test_gpu_bitwise_equals_decode(track):
+    cubin, _ = nvrtc.build_fold()
+    kernels = cuda_fold.CudaKernels(cubin, "nvrtc")
+    for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=32, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
+                                     num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
+                                dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],
+                                     num_slots=9, track=([1, 8, -1, -1, 3], [7, 0, -1, -1, 8])))):
+        case = make_case(**cfg, K=128, device="cuda", seed=11 + seed)
+        expected, tracked = decode_reference(case)
+        state = case.initial.clone()
+        slots, lens = case.slots.to(torch.int32), case.accept_lens.to(torch.int32)
+        args = list(_fold_args(state, case.rawv, case.rawk, case.g, case.beta, slots, lens))
+        if track:
+            args[9], args[10] = case.track_slots.to(torch.int32), case.track_steps.to(torch.int32)
+        run = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, len(slots)), tuple(args),
+                              gdn_fold.fold_constexprs(track, False), {}, torch.cuda.current_device())
+        run(*args)
+        torch.cuda.synchronize()
+        for slot in {s for s in cfg["slots"] if s >= 0}:
+            assert torch.equal(state[:, slot], expected[:, slot]), f"slot {slot} differs ({cfg['L']} layers)"
+        if track:
+            for row, snapshot in tracked.items():
+                assert torch.equal(state[:, int(case.track_slots[row])], snapshot), f"track slot of row {row}"
