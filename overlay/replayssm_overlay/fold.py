@@ -13,13 +13,16 @@ rolled back to the last accepted step (SGLang's conv scatter, for the active and
 
 Which fold, decided once per process (and logged once):
 - `RSO_FOLD=sglang`: SGLang's own commit.
-- default (`RSO_FOLD` unset or `auto`): the overlay's commit from prebuilt artifacts
+- default (`RSO_FOLD` unset or `auto`): the overlay's commit from the prebuilt artifacts
   (`replayssm_overlay.kernels.loader`) when they match this node (Triton version, Python, GPU arch,
-  checksums, kernel sources); otherwise SGLang's commit, which Triton compiles on first use.
-- `RSO_FOLD=overlay`: the overlay's commit, prebuilt when the artifacts match, else compiled by Triton on
-  first use (JIT).
+  checksums, kernel sources): the CUDA kernel (`kernels/gdn_fold.cu`, "overlay-cuda") where the folder has
+  it and the driver loads it, else the Triton kernel's binaries ("overlay-prebuilt"); otherwise SGLang's
+  commit, which Triton compiles on first use.
+- `RSO_FOLD=overlay`: the same, but with no usable artifacts Triton compiles the overlay's kernel on first
+  use (JIT) instead of SGLang's commit.
+- `RSO_FOLD=triton`: the overlay's Triton kernel only (prebuilt, else JIT), never the CUDA one.
 The overlay's commit is a `kernels.commit_plan.CommitPlan` per (pool, batch size, track or not): checked
-once, then two launches per call. A call the overlay's kernels do not cover (another head dim, a
+once, then one launch per call. A call the overlay's kernels do not cover (another head dim, a
 layout, dtype or alignment that no binary was built for) is refused before the state is touched and
 runs SGLang's commit for that call only; each such shape is logged once, counted in `describe()`, and
 recorded on the node (`records.py`, kind "fallbacks") so that `replayssm-overlay status --json` lists it.
@@ -34,7 +37,7 @@ import threading
 from replayssm_overlay import records
 
 ENV_FOLD = "RSO_FOLD"
-_MODES = ("auto", "overlay", "sglang")
+_MODES = ("auto", "overlay", "triton", "sglang")
 
 logger = logging.getLogger("replayssm_overlay.fold")
 _lock = threading.Lock()
@@ -51,7 +54,7 @@ def _mode() -> str:
 
 
 def _decide():
-    """(kind, reason, kernels): kind is 'overlay-prebuilt', 'overlay-jit' or 'sglang'."""
+    """(kind, reason, kernels): kind is 'overlay-cuda', 'overlay-prebuilt', 'overlay-jit' or 'sglang'."""
     mode = _mode()
     if mode == "sglang":
         return "sglang", f"{ENV_FOLD}=sglang", None
@@ -61,14 +64,32 @@ def _decide():
     if artifacts is not None:
         from replayssm_overlay.kernels import gdn_fold
 
+        cuda = _cuda_kernels(artifacts) if mode != "triton" else None
+        if cuda is not None:
+            return "overlay-cuda", f"the CUDA commit kernel from {artifacts.folder}", cuda
         try:  # the commit kernel's binaries, built from the installed source (a stale folder is refused here)
             artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel)
             return "overlay-prebuilt", f"prebuilt commit kernels from {artifacts.folder}", artifacts
         except loader.ArtifactRefused as err:
             why = err.what
-    if mode == "overlay":
-        return "overlay-jit", f"{ENV_FOLD}=overlay; no usable prebuilt kernels ({why}): Triton compiles them", None
+    if mode in ("overlay", "triton"):
+        return "overlay-jit", f"{ENV_FOLD}={mode}; no usable prebuilt kernels ({why}): Triton compiles them", None
     return "sglang", f"no usable prebuilt overlay kernels ({why}); {ENV_FOLD}=overlay would JIT-compile them", None
+
+
+def _cuda_kernels(artifacts):
+    """The folder's CUDA commit kernel, loaded on this process's GPU; None (logged) where there is none or the
+    driver refuses it: the Triton kernel's binaries commit instead."""
+    try:
+        import torch
+
+        kernels = artifacts.cuda_kernels()
+        kernels.loaded(torch.cuda.current_device())
+        return kernels
+    except Exception as err:  # a refused or unloadable binary: the next choice, said once
+        logger.warning("ReplaySSM GDN fold: the CUDA commit kernel is not used (%s); the Triton kernels commit",
+                       getattr(err, "what", None) or f"{type(err).__name__}: {err}")
+        return None
 
 
 def chosen():
@@ -93,10 +114,13 @@ def fall_back_to_sglang(reason: str) -> None:
 
 
 def kernel_source(kernels):
-    """The launch source of the chosen overlay fold: prebuilt binaries, or Triton's JIT (None)."""
+    """The launch source of the chosen overlay fold: the CUDA kernel (a `cuda_fold.CudaKernels`), prebuilt
+    Triton binaries (a `loader.ArtifactSet`), or Triton's JIT (None)."""
     from replayssm_overlay.kernels import launch
 
-    return launch.JitKernels() if kernels is None else launch.PrebuiltKernels(kernels)
+    if kernels is None:
+        return launch.JitKernels()
+    return kernels if hasattr(kernels, "prepare") else launch.PrebuiltKernels(kernels)
 
 
 class _Refusal:
@@ -238,6 +262,15 @@ def describe() -> dict:
     return {**_describe_choice(), "fallbacks_recorded": recorded_fallbacks()}
 
 
+def _has_cuda(folder) -> bool:
+    from replayssm_overlay.kernels import artifact_format
+
+    try:
+        return bool((artifact_format.read_manifest(folder).get("cuda") or {}).get("file"))
+    except (OSError, ValueError):
+        return False
+
+
 def _describe_choice() -> dict:
     if _choice is not None:
         return {"fold": _choice[0], "reason": _choice[1], "decided": True, "fallbacks": fallbacks()}
@@ -251,9 +284,10 @@ def _describe_choice() -> dict:
 
     folder = loader.artifact_dir()
     if (folder / "manifest.json").is_file():
-        return {"fold": "overlay-prebuilt", "decided": False,
+        return {"fold": "overlay-cuda" if mode != "triton" and _has_cuda(folder) else "overlay-prebuilt",
+                "decided": False,
                 "reason": f"prebuilt kernels in {folder}, checked against this node when a server builds its pool"}
     why = f"no prebuilt kernels in {folder}"
-    if mode == "overlay":
+    if mode in ("overlay", "triton"):
         return {"fold": "overlay-jit", "reason": f"{ENV_FOLD}=overlay and {why}", "decided": False}
     return {"fold": "sglang", "reason": why, "decided": False}

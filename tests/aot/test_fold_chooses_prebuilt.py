@@ -66,3 +66,43 @@ def test_a_folder_without_the_commit_kernel_is_not_chosen(fresh_choice, monkeypa
     kind, reason, artifacts = fold.chosen()
     assert kind == "sglang" and artifacts is None
     assert "no prebuilt binaries for kernel gdn_replayssm_fold_kernel" in reason
+
+
+def test_the_build_holds_the_cuda_kernel_and_a_node_that_cannot_load_it_commits_with_triton(fresh_choice, caplog):
+    """The default build compiles the CUDA commit kernel (NVRTC is in the test venv, as in the image). The
+    decision tries it first; this machine has no GPU driver, so loading it fails for real, the reason is
+    logged once, and the Triton kernel's binaries are chosen."""
+    manifest = json.loads((loader.artifact_dir() / "manifest.json").read_text())
+    assert manifest["cuda"]["file"] == "cuda/gdn_fold.cubin" and manifest["cuda"]["arch"] == "sm_90"
+    assert manifest["cuda"]["file"] in manifest["files"]  # checksummed like every other binary
+    with caplog.at_level("WARNING", logger="replayssm_overlay.fold"):
+        kind, reason, _ = fold.chosen()
+    assert kind == "overlay-prebuilt", reason
+    assert [r.message for r in caplog.records if "CUDA commit kernel is not used" in r.message], caplog.text
+
+
+def test_rso_fold_triton_never_tries_the_cuda_kernel(fresh_choice, monkeypatch, caplog):
+    monkeypatch.setenv(fold.ENV_FOLD, "triton")
+    assert fold.describe()["fold"] == "overlay-prebuilt"  # undecided: what the settings point to
+    with caplog.at_level("WARNING", logger="replayssm_overlay.fold"):
+        kind, _, _ = fold.chosen()
+    assert kind == "overlay-prebuilt" and "CUDA" not in caplog.text
+
+
+@pytest.mark.parametrize("change", ["skipped", "other source"])
+def test_a_folder_without_a_current_cuda_kernel_refuses_it_with_the_reason(fresh_choice, monkeypatch, tmp_path, change):
+    other = tmp_path / "artifacts"
+    shutil.copytree(loader.artifact_dir(), other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    if change == "skipped":
+        manifest["cuda"] = {"source_sha256": manifest["cuda"]["source_sha256"], "columns": 16,
+                            "skipped": "no NVRTC library (libnvrtc.so) found"}
+    else:
+        manifest["cuda"]["source_sha256"] = "0" * 64
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    artifacts = loader.ArtifactSet.open(other, facts())
+    with pytest.raises(loader.ArtifactRefused, match="no NVRTC" if change == "skipped" else "another version"):
+        artifacts.cuda_kernels()
+    monkeypatch.setenv(loader.ENV_DIR, str(other))
+    assert fold.describe()["fold"] == ("overlay-prebuilt" if change == "skipped" else "overlay-cuda")
+    assert fold.chosen()[0] == "overlay-prebuilt"

@@ -229,16 +229,17 @@ def build(out: Path, specs: list[Specialization], progress: Callable[[str], None
                 entry["specializations"].append(_spec_entry(spec, ident, files))
             progress("build launcher modules (gcc, fake libcuda) ...")
             modules = _build_modules(list(entries.values()), staging, tmp)
-            manifest = _manifest(list(entries.values()), modules, staging, time.monotonic() - started)
+            cuda = _build_cuda(staging, progress)
+            manifest = _manifest(list(entries.values()), modules, cuda, staging, time.monotonic() - started)
             atomic_write_json(staging / af.MANIFEST_NAME, manifest)
         _replace(out, staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     progress(f"wrote {out}: {compiled} compiled, {len(specs) - compiled} reused, {len(modules)} module(s), "
-             f"{time.monotonic() - started:.1f} s")
+             f"CUDA commit kernel {af.cuda_summary(cuda)}, {time.monotonic() - started:.1f} s")
     return {"out": str(out), "up_to_date": False, "compiled": compiled, "reused": len(specs) - compiled,
-            "modules": len(modules)}
+            "modules": len(modules), "cuda": af.cuda_summary(cuda)}
 
 
 def _require_compiler() -> None:
@@ -284,7 +285,22 @@ def _files_intact(out: Path, files: dict) -> bool:
 def _up_to_date(old: dict, out: Path, idents: list[str]) -> bool:
     have = [s["id"] for k in old.get("kernels", []) for s in k["specializations"]]
     return (_same_builder(old) and old.get("overlay_version") == OVERLAY_VERSION and sorted(have) == sorted(idents)
-            and _files_intact(out, old.get("files", {})))
+            and _cuda_current(old.get("cuda")) and _files_intact(out, old.get("files", {})))
+
+
+def _cuda_current(entry: dict | None) -> bool:
+    """The folder's CUDA kernel was built from the installed source, or skipped and NVRTC is still missing."""
+    from replayssm_overlay.kernels import nvrtc
+
+    if not entry or entry.get("source_sha256") != sha256_file(nvrtc.SOURCE):
+        return False
+    if entry.get("file"):
+        return True
+    try:
+        nvrtc.library()
+    except nvrtc.NvrtcMissing:
+        return True
+    return False
 
 
 def _reusable_specs(old: dict, out: Path) -> dict:
@@ -364,7 +380,28 @@ def _build_modules(kernels: list[dict], staging: Path, tmp: Path) -> list[dict]:
     return modules
 
 
-def _manifest(kernels: list[dict], modules: list[dict], staging: Path, seconds: float) -> dict:
+CUDA_CUBIN = Path("cuda", "gdn_fold.cubin")
+
+
+def _build_cuda(staging: Path, progress: Callable[[str], None]) -> dict:
+    """The CUDA commit kernel (`kernels/gdn_fold.cu`) compiled with NVRTC into `staging/cuda/`: its manifest
+    entry. Without NVRTC the entry says why it was skipped, and the node commits with the Triton kernels."""
+    from replayssm_overlay.kernels import cuda_fold, nvrtc
+
+    entry = {"source_sha256": sha256_file(nvrtc.SOURCE), "columns": cuda_fold.COLUMNS}
+    try:
+        lib_version = nvrtc.version()
+    except nvrtc.NvrtcMissing as err:
+        progress(f"skip    the CUDA commit kernel: {err.what} ({err.fix}); the Triton kernels will commit")
+        return {**entry, "skipped": err.what}
+    progress(f"compile the CUDA commit kernel (gdn_fold.cu) with NVRTC {lib_version} for {nvrtc.ARCH}")
+    cubin, report = nvrtc.build_fold()
+    (staging / CUDA_CUBIN).parent.mkdir(parents=True, exist_ok=True)
+    (staging / CUDA_CUBIN).write_bytes(cubin)
+    return {**entry, "file": str(CUDA_CUBIN), **report}
+
+
+def _manifest(kernels: list[dict], modules: list[dict], cuda: dict, staging: Path, seconds: float) -> dict:
     import triton
 
     files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
@@ -378,6 +415,7 @@ def _manifest(kernels: list[dict], modules: list[dict], staging: Path, seconds: 
         "target": af.TARGET,
         "kernels": kernels,
         "modules": modules,
+        "cuda": cuda,
         "files": {rel: sha256_file(staging / rel) for rel in files},
     }
 

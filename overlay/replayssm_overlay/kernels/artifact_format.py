@@ -78,5 +78,16 @@ def summary(manifest: dict) -> dict:
     """What `kernels check` and `kernels status` show of a manifest: who built it, for what, when, and
     how many specializations of each kernel."""
     return {"builder": manifest.get("builder"), "target": manifest.get("target"), "built_at": manifest.get("built_at"),
-            "kernels": {k["name"]: len(k["specializations"]) for k in manifest.get("kernels", [])}}
+            "kernels": {k["name"]: len(k["specializations"]) for k in manifest.get("kernels", [])},
+            "cuda": cuda_summary(manifest.get("cuda"))}
+
+
+def cuda_summary(entry: dict | None) -> str:
+    """One line on the folder's CUDA commit kernel (built with which NVRTC and registers, or why not)."""
+    if not entry:
+        return "none (built before the CUDA kernel existed)"
+    if not entry.get("file"):
+        return f"skipped: {entry.get('skipped', 'unknown reason')}"
+    registers = max((e.get("registers") or 0 for e in (entry.get("ptxas") or {}).values()), default=0)
+    return f"built with NVRTC {entry.get('nvrtc')} for {entry.get('arch')}, {registers} registers per thread"
 

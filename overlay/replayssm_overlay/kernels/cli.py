@@ -133,5 +133,5 @@ def _summary_text(manifest: dict) -> str:
     builder = manifest["builder"] or {}
     kernels = ", ".join(f"{name} x{count}" for name, count in manifest["kernels"].items())
     return (f"Triton {builder.get('triton')}, {builder.get('python')}, sm_{manifest['target'].get('arch')}, "
-            f"built {manifest['built_at']}: {kernels}")
+            f"built {manifest['built_at']}: {kernels}; CUDA commit kernel {manifest.get('cuda')}")
 

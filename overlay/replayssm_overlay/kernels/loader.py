@@ -151,6 +151,23 @@ class ArtifactSet:
         return PrebuiltKernel(self.folder, entry)
 
 
+    def cuda_kernels(self):
+        """The CUDA commit kernel of this folder (`cuda_fold.CudaKernels`, loaded on first use); refuses if
+        the folder has none or it was built from another version of gdn_fold.cu."""
+        from replayssm_overlay.kernels import cuda_fold, nvrtc
+
+        entry = self.manifest.get("cuda") or {}
+        if not entry.get("file"):
+            why = f" ({entry['skipped']})" if entry.get("skipped") else ""
+            raise ArtifactRefused(f"no CUDA commit kernel in {self.folder}{why}",
+                                  f"{_REBUILD}, with NVRTC installed (pip install nvidia-cuda-nvrtc)")
+        if entry.get("source_sha256") != sha256_file(nvrtc.SOURCE) or entry.get("columns") != cuda_fold.COLUMNS:
+            raise ArtifactRefused(f"the CUDA commit kernel in {self.folder} was built from another version of "
+                                  f"{nvrtc.SOURCE.name}", _REBUILD)
+        path = self.folder / entry["file"]
+        return cuda_fold.CudaKernels(path.read_bytes(), str(path))
+
+
 class _Binary:
     """One specialization: the checks the arguments must pass, and its loaded kernel per device."""
 
