@@ -6,7 +6,8 @@ CUDA-graph timings of the whole commit (fold + conv rollback, track slot) throug
     RSO_SGLANG_KERNELS=DIR python benchmarks/gpu_commit.py --out OUTDIR [--artifacts DIR] [--quick]
 
 `--artifacts`: prebuilt kernels for this node (`replayssm-overlay kernels build`); without it the
-prebuilt choice is skipped. Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
+prebuilt choices (the Triton kernel's binaries, the CUDA kernel) are skipped. `--cuda LABEL=CUBIN:COLUMNS`
+adds another build of the CUDA kernel (a layout variant, `nvrtc.compile_cubin`) as choice overlay-cuda-LABEL. Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
 kernel wrote):
   kernel    the overlay's fold vs SGLang's decode kernel run token by token
             (`fused_sigmoid_gating_delta_rule_update`), track slots poisoned with NaN first;
@@ -136,8 +137,9 @@ def exact_kernel(case, expected, tracked, name):
     return record("kernel", name, ok)
 
 
-def exact_entry(case, name, choices):
-    """Each choice's whole commit vs SGLang's commit on the same pool."""
+def exact_entry(case, name, choices, expected=None):
+    """Each choice's whole commit vs SGLang's commit on the same pool (and its active slots vs the decode
+    reference, where given)."""
     B = len(case.slots)
     conv0, window, _shared = conv_pair(case.L, case.temporal.shape[1], B, case.N, case.H, case.HV, seed=B)
     last = case.accept_lens.long() - 1
@@ -152,6 +154,9 @@ def exact_entry(case, name, choices):
         torch.cuda.synchronize()
         ok = torch.equal(ss.temporal, ref.temporal) and torch.equal(ss.conv[0], ref.conv[0])
         ok_all &= record("entry", f"{kind} {name}", ok, fallbacks=len(fold.fallbacks()))
+        if expected is not None and kind.startswith("overlay-cuda"):
+            active = sorted({s for s in case.slots.tolist() if s >= 0})
+            ok_all &= record("kernel", f"{kind} {name}", torch.equal(ss.temporal[:, active], expected[:, active]))
     return ok_all
 
 
@@ -172,7 +177,7 @@ def exactness(choices) -> bool:
         name = f"L{cfg['L']} HV{cfg['HV']} H{cfg['H']} N{cfg['N']} B{len(cfg['slots'])}"
         expected, tracked = decode_reference(case)
         ok &= exact_kernel(case, expected, tracked, name)
-        ok &= exact_entry(case, name, choices)
+        ok &= exact_entry(case, name, choices, expected)
         if cfg["L"] * len(cfg["slots"]) * cfg["N"] * cfg["HV"] <= 30 * 8 * 16 * 32:
             ok &= exact_snapshot(case, name)
         del case, expected, tracked
@@ -314,6 +319,18 @@ def timing(choices, calls, quick):
         torch.cuda.empty_cache()
 
 
+def cuda_fold_only(source, ss, slot_sets, lens):
+    """The CUDA kernel's fold alone (conv arguments that copy nothing), launched as the plan launches it."""
+    state = ss.temporal
+    ints = gdn_fold.runtime_args(state, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g, ss.replayssm_beta)
+    src, dst, conv_ints = gdn_fold.conv_args(state, None, None)
+    head = (state, ss.replayssm_rawv, ss.replayssm_rawk, src, dst, ss.replayssm_g, ss.replayssm_beta)
+    args = (*head, slot_sets[0], lens, slot_sets[0], lens, *ints, *conv_ints)
+    run = source.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, len(lens)), args,
+                         gdn_fold.fold_constexprs(False, False), {}, 0)
+    return lambda i: run(*head, slot_sets[i], lens, slot_sets[i], lens, *ints, *conv_ints)
+
+
 def breakdown(choices, v4_path):
     """At the 35b shape, T=16, all accepted: CUDA-graph time of each piece alone (our fold without conv in
     the v4 kernel of the last release if given, SGLang's fold and conv scatter), and
@@ -337,6 +354,9 @@ def breakdown(choices, v4_path):
             v4 = load_compiled(Path(v4_path), "rso_gdn_fold_v4")
             pieces["v4 fold (knorm + fold)"] = lambda i: v4.fold_all_layers(
                 ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g, ss.replayssm_beta, pool.slots[i], lens)
+        for kind, source in choices:
+            if kind.startswith("overlay-cuda"):
+                pieces[f"{kind} fold without conv"] = cuda_fold_only(source, ss, pool.slots, lens)
         for name, fn in pieces.items():
             try:
                 RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, graph_us=round(graph_time(fn, pool.sets), 1)))
@@ -368,6 +388,7 @@ def breakdown(choices, v4_path):
 
 def table():
     names = ["stock", "sglang", "overlay-jit", "overlay-prebuilt", "overlay-prebuilt-runner"]
+    names += sorted({n for r in RESULTS["timing"] for n in r if n.startswith("overlay-cuda")})
     print(f"\nTriton {RESULTS['env']['triton']}: eager wall us (host us) / graph us; peak MB of one commit")
     print(f"{'shape':9s} {'B':>2s} {'acc':6s} {'trk':3s} | " + " | ".join(f"{n:>24s}" for n in names))
     for r in RESULTS["timing"]:
@@ -396,6 +417,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="only the issue's shapes (no windows 4/8 at T=16's pool)")
     parser.add_argument("--skip-exact", action="store_true")
     parser.add_argument("--v4", help="path of the last release's gdn_fold.py, timed beside (default: not timed)")
+    parser.add_argument("--cuda", action="append", default=[], metavar="LABEL=CUBIN:COLUMNS",
+                        help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL")
     args = parser.parse_args()
     import triton
 
@@ -411,6 +434,16 @@ def main():
         log("artifacts:", RESULTS["artifacts"])
         if artifacts is not None:
             choices.append(("overlay-prebuilt", artifacts))
+            try:
+                choices.append(("overlay-cuda", artifacts.cuda_kernels()))
+            except loader.ArtifactRefused as err:
+                log("no CUDA commit kernel:", err.what)
+    from replayssm_overlay.kernels import cuda_fold
+
+    for spec in args.cuda:
+        label, _, rest = spec.partition("=")
+        path, _, columns = rest.rpartition(":")
+        choices.append((f"overlay-cuda-{label}", cuda_fold.CudaKernels(Path(path).read_bytes(), path, int(columns))))
     t0 = time.time()
     ok = True
     if not args.skip_exact:

@@ -18,7 +18,7 @@ RSO_SGLANG_KERNELS=$(realpath "$RSO_SGLANG_KERNELS")
 # the AOT test builds SGLang's own fold too, from its file
 export PYTHONUNBUFFERED=1 RSO_SGLANG_KERNELS RSO_SGLANG_FOLD_FILE=$RSO_SGLANG_KERNELS/gdn_replayssm_spec_fold.py
 cd "$root" || exit 2
-tests=${GPU_TESTS:-tests/kernels/test_gdn_fold.py tests/kernels/test_selfcheck.py tests/aot/test_aot_gpu.py}
+tests=${GPU_TESTS:-tests/kernels/test_gdn_fold.py tests/kernels/test_cuda_fold.py tests/kernels/test_selfcheck.py tests/aot/test_aot_gpu.py}
 carry=$(realpath "${TRITON_CARRY:?set TRITON_CARRY}")
 mkdir -p /tmp/triton && tar xJf "$carry" -C /tmp/triton
 status=0
