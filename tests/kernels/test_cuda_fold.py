@@ -53,6 +53,15 @@ def test_argument_struct_is_the_kernels_field_for_field():
     assert [name for name, _ in fields[:-2]] == list(gdn_fold.fold_signature("bf16"))
 
 
+def test_the_hosts_layout_constants_are_the_builds():
+    """The host sizes the grid and checks V against the columns of an item: if gdn_fold.cu's defaults
+    changed without cuda_fold.py, V % COLS would go unchecked and columns past the last block unfolded."""
+    define = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (\w+) (\d+)", SOURCE)}
+    assert define["CQ"] * 32 // (1 << define["LANE_A_BITS"]) == cuda_fold.COLUMNS
+    assert 32 * define["CONV_PER_LANE"] == cuda_fold.CONV_CHUNK
+    assert cuda_fold.smem_bytes() == cuda_fold.COLUMNS * define["K_DIM"] * 4 + 2 * define["K_DIM"] * 4 + 8
+
+
 def test_pack_puts_each_runtime_argument_in_its_field():
     state, rawv, rawk, g, beta = _pool(RL=8)
     slots, lens = torch.tensor([0, 2], dtype=torch.int32), torch.tensor([8, 3], dtype=torch.int32)

@@ -75,7 +75,7 @@ class LoadedFold:
 
         torch.cuda.init()
         with torch.cuda.device(device_index):
-            torch.cuda.current_stream(device_index)  # makes torch's (primary) context current on this thread
+            torch.cuda.current_stream(device_index)  # torch's lazy init of this device (its primary context)
             lib = driver()
             dev, ctx = ctypes.c_int(), ctypes.c_void_p()
             _check(lib.cuDeviceGet(ctypes.byref(dev), device_index), "cuDeviceGet")
