@@ -9,7 +9,8 @@
 //   - each warp is a persistent program: the bulk copy (cp.async.bulk on an mbarrier) of its next work
 //     item's 8 KB state tile into shared memory is in flight while it folds the current one from registers;
 //   - each step's k is l2-normalized once per warp (4 k per lane) into shared memory and read back
-//     broadcast; the raw k and v of the next PREFETCH steps are in flight while a step computes;
+//     broadcast, a step ahead; the raw k and v of the next PREFETCH steps are in flight while a step
+//     computes (the step loop is unrolled so that the queue of loads is never moved between registers);
 //   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit).
 // Every fp32 operation is the PTX instruction the decode kernel's Triton compile has (mul.rn, add.rn,
 // sub.rn, fma.rn, ex2.approx, sqrt.approx.ftz, div.full), in its association, so ptxas has nothing to
@@ -76,6 +77,8 @@ __device__ __forceinline__ float fma_rn(float a, float b, float c) { float r; as
 __device__ __forceinline__ float ex2_approx(float a) { float r; asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
 __device__ __forceinline__ float sqrt_approx_ftz(float a) { float r; asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
 __device__ __forceinline__ float div_full(float a, float b) { float r; asm("div.full.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+
+__device__ __forceinline__ float decay_of(float g) { return ex2_approx(mul_rn(g, __int_as_float(0x3FB8AA3B))); }
 
 __device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
@@ -219,8 +222,8 @@ __device__ __forceinline__ void stage_tile(const FoldArgs& a, const Smem& m, int
             m.bar);
 }
 
-// a shared-memory read the compiler may neither hoist nor merge with another (it would keep the value in
-// registers across the step, which costs occupancy)
+// a shared-memory read the compiler may not hoist out of its step (it would keep every step's k in registers,
+// which costs occupancy); inside a step it may reuse the dot's read for the update, and does
 __device__ __forceinline__ float4 lds4(unsigned addr) {
   float4 v;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
@@ -238,7 +241,12 @@ __device__ __forceinline__ void normalize_k(uint2 w, float* out) {
   *reinterpret_cast<float4*>(out + 4 * lane) = make_float4(mul_rn(k.x, r), mul_rn(k.y, r), mul_rn(k.z, r), mul_rn(k.w, r));
 }
 
-#define PREFETCH 2  // steps of raw k and v in flight ahead of the one computing
+#ifndef PREFETCH
+#define PREFETCH 3  // steps of raw k and v in flight ahead of the one computing
+#endif
+// The step loop is unrolled by the queue's length, so that the queue's shift is a renaming of registers: a
+// shift by moves waits for the load issued in the same step (a memory latency per step: notes/perf.md v7)
+#define STEP_UNROLL (PREFETCH + 1)
 
 struct VRaw {  // one step's raw v of a thread's CQ columns (bf16 pairs)
   unsigned x[CQ / 2];
@@ -313,7 +321,9 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
     const int next = next_item(it + P, P, total, a, per_row);
     if (lane == 0 && next < total) stage_tile(a, sm, next, blocks);  // into the tile just read
     normalize_k(kq[0], sm.knorm);
+    float decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, 0));  // each step's, one step early
 
+#pragma unroll STEP_UNROLL
     for (int t = 0; t < n_commit; ++t) {
       const unsigned kb = k_lane + ((t & 1) ? K_DIM * 4 : 0);  // this lane's first group of step t's k
       float vr[CQ];
@@ -331,10 +341,12 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
       const int ahead = min(t + 1 + PREFETCH, n_commit - 1);
       kq[PREFETCH] = __ldg(reinterpret_cast<const uint2*>(p_k + ahead * K_DIM));
       vq[PREFETCH] = load_v(p_v + ahead * a.V);
-      const float g = __shfl_sync(0xffffffffu, g_lane, t);
       const float b = __shfl_sync(0xffffffffu, beta_lane, t);
-      const float decay = ex2_approx(mul_rn(g, __int_as_float(0x3FB8AA3B)));
-      __syncwarp();  // knorm row t & 1 written by every lane
+      const float decay = decay_next;
+      decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, t + 1));  // past the window: unused
+      __syncwarp();  // knorm row t & 1 written by every lane, row (t + 1) & 1 read by every lane a step ago
+      // the next step's k first: its shuffles and division are off this step's critical path
+      if (t + 1 < n_commit) normalize_k(k_next, sm.knorm + ((t + 1) & 1) * K_DIM);
 
       // h *= exp(g); d = h^T k per column, the tree above evaluated depth first: x's bits reversed are m, and
       // part[q][l] holds the pending sum of level l (a binary counter's carries are the tree's additions)
@@ -356,8 +368,6 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
           if (level < LEVELS) part[q][level] = sum; else d[q] = sum;
         }
       }
-      // the next step's k, off this step's critical path (its row was last read a step ago)
-      if (t + 1 < n_commit) normalize_k(k_next, sm.knorm + ((t + 1) & 1) * K_DIM);
       float vv[CQ];
 #pragma unroll
       for (int q = 0; q < CQ; ++q) {
