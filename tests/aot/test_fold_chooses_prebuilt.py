@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from replayssm_overlay import fold, records
-from replayssm_overlay.kernels import loader
+from replayssm_overlay.kernels import artifact_format, loader
 from tests.aot.test_aot_loader import facts
 from tests.aot.test_commit_prebuilt import _pool
 
@@ -75,6 +75,9 @@ def test_the_build_holds_the_cuda_kernel_and_a_node_that_cannot_load_it_commits_
     manifest = json.loads((loader.artifact_dir() / "manifest.json").read_text())
     assert manifest["cuda"]["file"] == "cuda/gdn_fold.cubin" and manifest["cuda"]["arch"] == "sm_90"
     assert manifest["cuda"]["file"] in manifest["files"]  # checksummed like every other binary
+    used = sorted({e["registers"] for e in manifest["cuda"]["ptxas"].values()})  # 16 and 12 warps per SM
+    summary = artifact_format.cuda_summary(manifest["cuda"])
+    assert len(used) == 2 and f"{used[0]}-{used[1]} registers per thread" in summary, summary
     with caplog.at_level("WARNING", logger="replayssm_overlay.fold"):
         kind, reason, _ = fold.chosen()
     assert kind == "overlay-prebuilt", reason

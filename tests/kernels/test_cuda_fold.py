@@ -12,7 +12,7 @@ import torch
 from benchmarks.fold_cases import decode_reference, make_case
 from replayssm_overlay.kernels import cuda_fold, gdn_fold, nvrtc
 
-BUDGET_REGISTERS = 168  # 12 warps per SM: the build's MIN_BLOCKS
+BUDGET_REGISTERS = {False: 128, True: 168}  # with a track slot: 16 or 12 warps per SM (MIN_BLOCKS[_TRACK])
 SOURCE = nvrtc.SOURCE.read_text()
 
 
@@ -35,8 +35,8 @@ def test_source_compiles_for_sm90_within_its_register_budget():
     assert cubin[:4] == b"\x7fELF" and report["arch"] == "sm_90"
     assert set(report["ptxas"]) == set(cuda_fold.KERNELS.values())
     for name, entry in report["ptxas"].items():
-        assert entry["registers"] <= BUDGET_REGISTERS, (name, entry)
-        assert entry["spill_bytes"] <= 16, (name, entry)  # a few bytes of the track variants' prologue
+        assert entry["registers"] <= BUDGET_REGISTERS[name.endswith("_track")], (name, entry)
+        assert entry["spill_bytes"] == 0, (name, entry)  # a spill in the step loop costs 30% (notes/perf.md v7)
 
 
 def test_argument_struct_is_the_kernels_field_for_field():
@@ -91,6 +91,16 @@ def test_pools_the_kernel_does_not_cover_are_refused_before_anything_loads(what)
     assert kernels._loaded == {}  # refused before the binary was loaded
 
 
+def _many_rows(batch):
+    """A batch of more rows than a warp has lanes (and than two registers per lane would hold): padded rows,
+    rows with nothing accepted, track slots past the active ones."""
+    slots = [-1 if row % 9 == 4 else row for row in range(batch)]
+    track_slots = [batch + row // 13 if row % 13 == 0 else -1 for row in range(batch)]  # rows 26, 39 (, 52) store
+    track_steps = [row // 13 % 2 if slot >= 0 else -1 for row, slot in enumerate(track_slots)]
+    return dict(L=1, HV=4, H=2, V=32, N=4, slots=slots, accept_lens=[row * 7 % 5 for row in range(batch)],
+                num_slots=batch + 6, track=(track_slots, track_steps))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("track", [False, True])
@@ -100,7 +110,8 @@ def test_gpu_bitwise_equals_decode(track):
     for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=32, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
                                      num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
                                 dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],
-                                     num_slots=9, track=([1, 8, -1, -1, 3], [7, 0, -1, -1, 8])))):
+                                     num_slots=9, track=([1, 8, -1, -1, 3], [7, 0, -1, -1, 8])),
+                                _many_rows(40), _many_rows(70))):
         case = make_case(**cfg, K=128, device="cuda", seed=11 + seed)
         expected, tracked = decode_reference(case)
         state = case.initial.clone()

@@ -88,6 +88,7 @@ def cuda_summary(entry: dict | None) -> str:
         return "none (built before the CUDA kernel existed)"
     if not entry.get("file"):
         return f"skipped: {entry.get('skipped', 'unknown reason')}"
-    registers = max((e.get("registers") or 0 for e in (entry.get("ptxas") or {}).values()), default=0)
+    used = sorted({e.get("registers") or 0 for e in (entry.get("ptxas") or {}).values()}) or [0]
+    registers = f"{used[0]}-{used[-1]}" if len(used) > 1 else f"{used[0]}"
     return f"built with NVRTC {entry.get('nvrtc')} for {entry.get('arch')}, {registers} registers per thread"
 

@@ -23,7 +23,8 @@
 // the CQ columns CQ (l / NA) .. CQ (l / NA) + CQ - 1 of its item, so the levels i ^ 16 .. i ^ NA pair m's
 // bits inside the thread (depth first: see the step loop) and i ^ (NA / 2) .. i ^ 1 are shuffles.
 // The build (nvrtc.py) uses the defaults below: NA = 8 lanes x 4 columns, 16 k x 4 columns = 64 state values
-// per thread, 16 columns per item, 12 warps per SM; notes/perf.md has the other layouts measured.
+// per thread, 16 columns per item, 16 warps per SM (12 with a track slot); notes/perf.md has the other
+// layouts measured.
 //
 // Shapes (per tensor-parallel rank, as gdn_fold.py): state [L, S, HV, V, K] fp32 (k fastest), rawv
 // [L, S, HV, RL, V] bf16, rawk [L, S, H, RL, K] bf16, gate/beta [L, S, HV, RL] fp32, conv dst [L, S, dim, W]
@@ -43,7 +44,10 @@
 #define CQ 4                               // columns per thread (2 or 4)
 #endif
 #ifndef MIN_BLOCKS
-#define MIN_BLOCKS 12                      // warps per SM the registers are budgeted for
+#define MIN_BLOCKS 16                      // warps per SM the registers are budgeted for (128 each)
+#endif
+#ifndef MIN_BLOCKS_TRACK
+#define MIN_BLOCKS_TRACK 12                // the same with a track slot (168 each: at 128 they spill)
 #endif
 #define NA (1 << LANE_A_BITS)              // lanes per column group
 #define MG (32 >> LANE_A_BITS)             // groups of 4 k per thread and column
@@ -396,12 +400,12 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
   }
 }
 
-#define FOLD_KERNEL(NAME, E, TRACK) \
-  extern "C" __global__ void __launch_bounds__(32, MIN_BLOCKS) NAME(const __grid_constant__ FoldArgs a) { \
+#define FOLD_KERNEL(NAME, E, TRACK, BLOCKS) \
+  extern "C" __global__ void __launch_bounds__(32, BLOCKS) NAME(const __grid_constant__ FoldArgs a) { \
     fold_body<E, TRACK>(a); \
   }
 
-FOLD_KERNEL(gdn_fold_conv2, unsigned short, false)
-FOLD_KERNEL(gdn_fold_conv2_track, unsigned short, true)
-FOLD_KERNEL(gdn_fold_conv4, unsigned int, false)
-FOLD_KERNEL(gdn_fold_conv4_track, unsigned int, true)
+FOLD_KERNEL(gdn_fold_conv2, unsigned short, false, MIN_BLOCKS)
+FOLD_KERNEL(gdn_fold_conv2_track, unsigned short, true, MIN_BLOCKS_TRACK)
+FOLD_KERNEL(gdn_fold_conv4, unsigned int, false, MIN_BLOCKS)
+FOLD_KERNEL(gdn_fold_conv4_track, unsigned int, true, MIN_BLOCKS_TRACK)
