@@ -110,6 +110,7 @@ class Dockerd:
         dockerd gives its containerd a fixed 15 s to start, which a loaded 2-core machine can miss after a
         SIGKILL: that exit alone is retried, after the containerd it left is stopped."""
         for attempt in range(1, attempts + 1):
+            since = self.log_path.stat().st_size if self.log_path.exists() else 0  # this attempt's part of the log
             log = open(self.log_path, "ab")
             try:
                 self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -124,7 +125,7 @@ class Dockerd:
                 time.sleep(0.2)
             if self._proc.poll() is None:
                 break
-            tail = _tail(self.log_path)
+            tail = _tail(self.log_path, since=since)
             if attempt < attempts and CONTAINERD_TIMEOUT in tail:
                 self._stop_containerd()
                 continue
@@ -278,8 +279,12 @@ def unmount_below(base: Path) -> None:
         subprocess.run(["umount", "-l", target], capture_output=True)
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def _tail(path: Path, lines: int = 30, since: int = 0) -> str:
+    """The last `lines` lines of what the log holds from byte `since` on."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
     except OSError:
         return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
