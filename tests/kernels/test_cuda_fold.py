@@ -92,8 +92,8 @@ def test_pools_the_kernel_does_not_cover_are_refused_before_anything_loads(what)
 
 
 def _many_rows(batch):
-    """A batch of more rows than a warp has lanes (and than two registers per lane would hold): padded rows,
-    rows with nothing accepted, track slots past the active ones."""
+    """A batch of more rows than a warp has lanes (the other cases have at most 5): padded rows, rows with
+    nothing accepted, track slots past the active ones."""
     slots = [-1 if row % 9 == 4 else row for row in range(batch)]
     track_slots = [batch + row // 13 if row % 13 == 0 else -1 for row in range(batch)]  # rows 26, 39 (, 52) store
     track_steps = [row // 13 % 2 if slot >= 0 else -1 for row, slot in enumerate(track_slots)]
