@@ -22,6 +22,7 @@ Writes OUTDIR/commit_<triton>.json as it goes and prints a table last; exit 1 if
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -139,8 +140,10 @@ def exact_kernel(case, expected, tracked, name):
 
 def exact_entry(case, name, choices, expected=None):
     """Each choice's whole commit vs SGLang's commit on the same pool (and its active slots vs the decode
-    reference, where given)."""
+    reference, where given); the track vectors int64, as the server passes them."""
     B = len(case.slots)
+    if case.track_slots is not None:
+        case = dataclasses.replace(case, track_slots=case.track_slots.long(), track_steps=case.track_steps.long())
     conv0, window, _shared = conv_pair(case.L, case.temporal.shape[1], B, case.N, case.H, case.HV, seed=B)
     last = case.accept_lens.long() - 1
     ref = spec_state(case.initial.clone(), case.rawv, case.rawk, case.g, case.beta, conv0.clone(), window)
@@ -187,7 +190,8 @@ def exactness(choices) -> bool:
 
 # -------------------------------------------------------------------------------------------- timing
 class Pool:
-    """A pool of one shape with random contents and `sets` disjoint slot sets of size B."""
+    """A pool of one shape with random contents and `sets` disjoint slot sets of size B, each its own tensor
+    as the server's are (a fresh gather, or a CUDA-graph buffer): slots int32, track slots int64."""
 
     def __init__(self, L, HV, H, N, B, sets=4):
         S = 2 * sets * B + 1
@@ -201,8 +205,8 @@ class Pool:
         conv, window, self._shared = conv_pair(L, S, B, N, H, HV)
         self.ss = spec_state(temporal, rawv, rawk, g, beta, conv, window)
         perm = torch.randperm(2 * sets * B, **cuda).to(torch.int32)
-        self.slots = [perm[i * B:(i + 1) * B].contiguous() for i in range(sets)]
-        self.track_slots = [perm[(sets + i) * B:(sets + i + 1) * B].contiguous() for i in range(sets)]
+        self.slots = [perm[i * B:(i + 1) * B].clone() for i in range(sets)]
+        self.track_slots = [perm[(sets + i) * B:(sets + i + 1) * B].long() for i in range(sets)]
 
     def lens(self, mode, seed):
         if mode == "all":
@@ -283,7 +287,7 @@ def timing(choices, calls, quick):
         pool = Pool(L, HV, H, N, B)
         lens = pool.lens(mode, seed=N * 100 + B)
         last = (lens.long() - 1)
-        tsteps = ((lens - 1) // 2).contiguous() if track else None
+        tsteps = ((lens - 1) // 2).long() if track else None  # the hook's steps: the sequence lengths' int64
         row = dict(shape=shape, L=L, HV=HV, H=H, N=N, B=B, accept=mode, track=track,
                    mean_accept=lens.float().mean().item())
 

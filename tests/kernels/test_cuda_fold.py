@@ -49,8 +49,9 @@ def test_argument_struct_is_the_kernels_field_for_field():
             names = decl.split("*")[-1] if pointer else decl.split(None, 1)[1]
             fields += [(n.strip(), pointer) for n in names.split(",")]
     assert fields == [(name, ty is ctypes.c_void_p) for name, ty in cuda_fold.FoldArgs._fields_]
-    # and the Triton kernel's runtime arguments, in its order, come first
-    assert [name for name, _ in fields[:-2]] == list(gdn_fold.fold_signature("bf16"))
+    # and the Triton kernel's runtime arguments, in its order, come first, then the grid and the index dtypes
+    assert [name for name, _ in fields[:-3]] == list(gdn_fold.fold_signature("bf16"))
+    assert [name for name, _ in fields[-3:]] == ["layers", "batch", "wide_indices"]
 
 
 def test_the_hosts_layout_constants_are_the_builds():
@@ -71,6 +72,9 @@ def test_pack_puts_each_runtime_argument_in_its_field():
     assert (packed.HV, packed.GROUP, packed.V, packed.RL, packed.layers, packed.batch) == (4, 2, 128, 8, 2, 2)
     assert packed.state_slot_tiles == 4 and packed.rawk_slot_rows == 2 * 8
     assert cuda_fold.work_units(packed) == 2 * 2 * 4 * (128 // cuda_fold.COLUMNS)
+    assert packed.wide_indices == 0  # int32 index vectors
+    wide = cuda_fold.pack(_fold_args(state, rawv, rawk, g, beta, slots, lens.long()), batch=2)
+    assert wide.wide_indices == 0b1010  # the accept lengths, given twice (as the track steps of a plan without track)
     with pytest.raises(ValueError, match="arguments"):
         cuda_fold.pack(args[:-1], batch=2)
 
@@ -91,6 +95,13 @@ def test_pools_the_kernel_does_not_cover_are_refused_before_anything_loads(what)
     assert kernels._loaded == {}  # refused before the binary was loaded
 
 
+def _offset_int32(t):
+    """An int32 copy of `t` that starts 4 bytes past a 16-byte boundary (a slice of a larger vector)."""
+    out = torch.empty(t.numel() + 1, dtype=torch.int32, device=t.device)[1:]
+    out.copy_(t)
+    return out
+
+
 def _many_rows(batch):
     """A batch of more rows than a warp has lanes (the other cases have at most 5): padded rows, rows with
     nothing accepted, track slots past the active ones."""
@@ -104,7 +115,10 @@ def _many_rows(batch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("track", [False, True])
-def test_gpu_bitwise_equals_decode(track):
+@pytest.mark.parametrize("indices", ["int32", "int64 and offset"])
+def test_gpu_bitwise_equals_decode(track, indices):
+    """Against the decode kernel token by token; the index vectors as the copy to int32 makes them, or as the
+    server gives some of them (int64: its track slots) and as views 4 bytes off 16-byte alignment."""
     cubin, _ = nvrtc.build_fold()
     kernels = cuda_fold.CudaKernels(cubin, "nvrtc")
     for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=32, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
@@ -115,10 +129,12 @@ def test_gpu_bitwise_equals_decode(track):
         case = make_case(**cfg, K=128, device="cuda", seed=11 + seed)
         expected, tracked = decode_reference(case)
         state = case.initial.clone()
-        slots, lens = case.slots.to(torch.int32), case.accept_lens.to(torch.int32)
+        vector = _offset_int32 if indices != "int32" else (lambda t: t.to(torch.int32))
+        slots, lens = vector(case.slots), case.accept_lens.long() if indices != "int32" else vector(case.accept_lens)
         args = list(_fold_args(state, case.rawv, case.rawk, case.g, case.beta, slots, lens))
         if track:
-            args[9], args[10] = case.track_slots.to(torch.int32), case.track_steps.to(torch.int32)
+            args[9] = case.track_slots.long() if indices != "int32" else vector(case.track_slots)
+            args[10] = vector(case.track_steps)
         run = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, len(slots)), tuple(args),
                               gdn_fold.fold_constexprs(track, False), {}, torch.cuda.current_device())
         run(*args)

@@ -78,7 +78,7 @@ def steps_to_track(seq_lens_pre, seq_lens_post, commit_lens, track_interval: int
     crosses = seq_lens_pre // track_interval != seq_lens_post // track_interval
     step = torch.clamp(boundary - seq_lens_pre - 1, min=0)
     kept = crosses & (step < commit_lens.to(step.dtype))
-    return torch.where(kept, step, torch.full_like(step, -1)).to(torch.int32)  # what the commit kernel reads
+    return torch.where(kept, step, torch.full_like(step, -1))  # the lengths' dtype: the CUDA kernel reads int64 too
 
 
 def _commit(target: _FoldTarget, batch, seq_lens_pre, seq_lens_post, commit_lens) -> None:

@@ -3,12 +3,14 @@ call per commit.
 
 Why a launcher of our own: the kernel takes the Triton commit kernel's runtime arguments as one struct
 (`FoldArgs`), so a `commit_plan.CommitPlan` fills it once per (pool, batch size, track choice) and a
-commit only writes the four index-tensor pointers into it and calls `cuLaunchKernel` through ctypes on the
-current stream: no argument binding, no Python binding of CUDA, nothing allocated. CUDA-graph capture
-records the launch like any other on that stream.
+commit only writes the four index-tensor pointers (and which of them are int64) into it and calls
+`cuLaunchKernel` through ctypes on the current stream: no argument binding, no Python binding of CUDA,
+nothing allocated. The kernel reads int32 and int64 index vectors as given (`indices_as_given`): the
+server's track slots are int64, and a copy to int32 would cost a launch of its own on every commit.
+CUDA-graph capture records the launch like any other on that stream.
 
 `CudaKernels` is the launch source of the "overlay-cuda" fold choice, with the `prepare` method of
-`launch.JitKernels` and `launch.PrebuiltKernels`: `commit_plan` needs no other change. Its binary is an
+`launch.JitKernels` and `launch.PrebuiltKernels`. Its binary is an
 sm_90 cubin from the artifact folder (compiled with NVRTC by `replayssm-overlay kernels build`, checked by
 the loader: `loader.ArtifactSet.cuda_kernels`). A pool the kernel does not cover (K != 128, V not a
 multiple of the item's columns, a window over 32 steps, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in `prepare`, before anything is launched.
@@ -31,7 +33,8 @@ _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _SIGNATURE = gdn_fold.fold_signature("bf16")  # the Triton kernel's runtime arguments, in order
 _POINTERS = tuple(name for name, ty in _SIGNATURE.items() if ty.startswith("*"))
-_INTS = tuple(name for name, ty in _SIGNATURE.items() if ty == "i32") + ("layers", "batch")
+_INTS = tuple(name for name, ty in _SIGNATURE.items() if ty == "i32") + ("layers", "batch", "wide_indices")
+_INDEX_VECTORS = 4  # the last pointers: slots, accept lens, track slots, track steps (bits 0..3 of wide_indices)
 
 
 class FoldArgs(ctypes.Structure):
@@ -133,6 +136,7 @@ class CudaKernels:
 
     kind = "overlay-cuda"
     tree_numpy = False
+    indices_as_given = True  # int32 or int64, element-aligned (commit_plan.indices)
 
     def __init__(self, cubin: bytes, origin: str, columns: int = COLUMNS):
         self.cubin, self.origin, self.columns = cubin, origin, columns  # columns: of this binary's layout
@@ -163,11 +167,14 @@ class CudaKernels:
         shared = smem_bytes(self.columns)
         programs = max(1, min(fold.programs(key, shared), work_units(packed, self.columns)))
         params = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
-        launch_kernel, stream_of = driver().cuLaunchKernel, torch._C._cuda_getCurrentRawStream
+        launch_kernel, stream_of, int64 = driver().cuLaunchKernel, torch._C._cuda_getCurrentRawStream, torch.int64
 
         def launch(*runtime):
-            packed.slots, packed.accept_lens = runtime[7].data_ptr(), runtime[8].data_ptr()
-            packed.track_slots, packed.track_steps = runtime[9].data_ptr(), runtime[10].data_ptr()
+            slots, lens, track_slots, track_steps = runtime[7:11]
+            packed.slots, packed.accept_lens = slots.data_ptr(), lens.data_ptr()
+            packed.track_slots, packed.track_steps = track_slots.data_ptr(), track_steps.data_ptr()
+            packed.wide_indices = ((slots.dtype is int64) | (lens.dtype is int64) << 1 | (track_slots.dtype is int64) << 2
+                                   | (track_steps.dtype is int64) << 3)
             rc = launch_kernel(function, programs, 1, 1, 32, 1, 1, shared, stream_of(device_index), params, None)
             if rc != 0:
                 _check(rc, "cuLaunchKernel")
@@ -179,9 +186,10 @@ class CudaKernels:
 def pack(args, batch: int) -> FoldArgs:
     """The kernel's argument struct from the Triton kernel's runtime arguments (tensors, then integers)."""
     pointers, ints = args[:len(_POINTERS)], args[len(_POINTERS):]
-    if len(ints) != len(_INTS) - 2:
-        raise ValueError(f"{len(args)} arguments, the commit kernel takes {len(_POINTERS) + len(_INTS) - 2}")
-    return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch)
+    if len(ints) != len(_INTS) - 3:
+        raise ValueError(f"{len(args)} arguments, the commit kernel takes {len(_POINTERS) + len(_INTS) - 3}")
+    wide = sum(1 << j for j, t in enumerate(pointers[-_INDEX_VECTORS:]) if str(t.dtype) == "torch.int64")
+    return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch, wide)
 
 
 def work_units(packed: FoldArgs, columns: int = COLUMNS) -> int:

@@ -28,7 +28,8 @@
 //
 // Shapes (per tensor-parallel rank, as gdn_fold.py): state [L, S, HV, V, K] fp32 (k fastest), rawv
 // [L, S, HV, RL, V] bf16, rawk [L, S, H, RL, K] bf16, gate/beta [L, S, HV, RL] fp32, conv dst [L, S, dim, W]
-// and its window view src [L, rows, steps, dim, W] (any strides), index vectors [B] int32.
+// and its window view src [L, rows, steps, dim, W] (any strides), index vectors [B] int32 or int64 (the
+// caller's tensors as given: bit j of `wide_indices` says index vector j is int64).
 // Work: a fold item is (layer, row, value head, block of COLS columns), a conv unit is CONV_CHUNK elements of
 // one (layer, row)'s window; program p of P takes conv units p, p + P, ... then fold items p, p + P, ...
 // Block: one warp. What the host checks first (cuda_fold.py): K = 128, V % COLS == 0, RL <= 32, 16-byte
@@ -62,16 +63,28 @@ struct FoldArgs {  // the Triton kernel's runtime arguments, in its order, then 
   unsigned char* conv_dst;
   const float* gate;
   const float* beta;
-  const int* slots;
-  const int* accept_lens;
-  const int* track_slots;
-  const int* track_steps;
+  const void* slots;  // the index vectors, int32 or int64 (wide_indices)
+  const void* accept_lens;
+  const void* track_slots;
+  const void* track_steps;
   int state_layer_tiles, state_slot_tiles, rawv_layer_rows, rawv_slot_rows, rawk_layer_rows, rawk_slot_rows;
   int gate_layer_stride, gate_slot_stride, HV, GROUP, V, RL;
   int conv_elems, conv_width, conv_chunk, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim;
   int conv_src_win, conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots;
   int layers, batch;
+  int wide_indices;  // bit 0: slots, 1: accept_lens, 2: track_slots, 3: track_steps are int64, else int32
 };
+
+// element `row` of index vector `which` (its bit in wide_indices), as the int32 copy of it would hold: the
+// low word of an int64 element (little endian), without a branch
+__device__ __forceinline__ int index_at(const FoldArgs& a, const void* v, int which, int row) {
+  const int shift = 2 + ((a.wide_indices >> which) & 1);
+  return __ldg(reinterpret_cast<const int*>(reinterpret_cast<const char*>(v) + ((long long)row << shift)));
+}
+__device__ __forceinline__ int slot_of(const FoldArgs& a, int row) { return index_at(a, a.slots, 0, row); }
+__device__ __forceinline__ int accepted_of(const FoldArgs& a, int row) { return index_at(a, a.accept_lens, 1, row); }
+__device__ __forceinline__ int track_slot_of(const FoldArgs& a, int row) { return index_at(a, a.track_slots, 2, row); }
+__device__ __forceinline__ int track_step_of(const FoldArgs& a, int row) { return index_at(a, a.track_steps, 3, row); }
 
 // ---- the decode kernel's fp32 instructions, one each
 __device__ __forceinline__ float mul_rn(float a, float b) { float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
@@ -136,7 +149,7 @@ __device__ __forceinline__ Item item_at(int i, const FoldArgs& a, int blocks) {
 __device__ __forceinline__ int next_item(int i, int P, int total, const FoldArgs& a, int per_row) {
   for (; i < total; i += P) {
     int row = (i / per_row) % a.batch;
-    if (__ldg(a.slots + row) >= 0 && __ldg(a.accept_lens + row) > 0) return i;
+    if (slot_of(a, row) >= 0 && accepted_of(a, row) > 0) return i;
   }
   return total;
 }
@@ -181,8 +194,8 @@ __device__ __forceinline__ void conv_units(const FoldArgs& a, int P) {
   for (int u = blockIdx.x; u < total; u += P) {
     int chunk = u % per_row, rest = u / per_row;
     int row = rest % a.batch, layer = rest / a.batch;
-    copy_window<E>(a, layer, row, __ldg(a.slots + row), __ldg(a.accept_lens + row) - 1, chunk * CONV_CHUNK);
-    if (HAS_TRACK) copy_window<E>(a, layer, row, __ldg(a.track_slots + row), __ldg(a.track_steps + row), chunk * CONV_CHUNK);
+    copy_window<E>(a, layer, row, slot_of(a, row), accepted_of(a, row) - 1, chunk * CONV_CHUNK);
+    if (HAS_TRACK) copy_window<E>(a, layer, row, track_slot_of(a, row), track_step_of(a, row), chunk * CONV_CHUNK);
   }
 }
 
@@ -222,7 +235,7 @@ __device__ __forceinline__ void stage_tile(const FoldArgs& a, const Smem& m, int
   const Item x = item_at(i, a, blocks);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // after this warp's reads of the tile
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(m.bar), "r"(TILE_FLOATS * 4) : "memory");
-  bulk_copy(smem_addr(m.tile), a.state + tile_offset(a, x.layer, x.hv, __ldg(a.slots + x.row), x.block), TILE_FLOATS * 4,
+  bulk_copy(smem_addr(m.tile), a.state + tile_offset(a, x.layer, x.hv, slot_of(a, x.row), x.block), TILE_FLOATS * 4,
             m.bar);
 }
 
@@ -287,8 +300,8 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
   unsigned parity = 0;
   while (it < total) {
     const Item x = item_at(it, a, blocks);
-    const long long slot = __ldg(a.slots + x.row);
-    const int n_commit = min(__ldg(a.accept_lens + x.row), a.RL);
+    const long long slot = slot_of(a, x.row);
+    const int n_commit = min(accepted_of(a, x.row), a.RL);
     const unsigned short* p_k = a.rawk + ((long long)x.layer * a.rawk_layer_rows + slot * a.rawk_slot_rows +
                                           (long long)(x.hv / a.GROUP) * a.RL) * K_DIM + 4 * lane;
     const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
@@ -311,8 +324,8 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
     int track_step = -1;
     long long track_slot = -1;
     if (HAS_TRACK) {
-      track_slot = __ldg(a.track_slots + x.row);
-      track_step = track_slot >= 0 ? __ldg(a.track_steps + x.row) : -1;
+      track_slot = track_slot_of(a, x.row);
+      track_step = track_slot >= 0 ? track_step_of(a, x.row) : -1;
     }
     mbar_wait(sm.bar, parity);
     parity ^= 1;
