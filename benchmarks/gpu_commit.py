@@ -102,7 +102,7 @@ def record(kind, name, ok, **extra):
 
 # ----------------------------------------------------------------------------------------- exactness
 def case_configs():
-    cfgs = [dict(L=2, HV=4, H=2, V=32, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3], num_slots=7,
+    cfgs = [dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3], num_slots=7,
                  track=([6, -1, -1, 1], [1, -1, -1, 2]))]
     gen = torch.Generator().manual_seed(20261201)
     for L, HV, H, N, B in ((30, 32, 16, 16, 8), (45, 16, 4, 4, 8), (30, 32, 16, 2, 3), (4, 8, 2, 7, 5),

@@ -56,11 +56,16 @@ def test_argument_struct_is_the_kernels_field_for_field():
 
 def test_the_hosts_layout_constants_are_the_builds():
     """The host sizes the grid and checks V against the columns of an item: if gdn_fold.cu's defaults
-    changed without cuda_fold.py, V % COLS would go unchecked and columns past the last block unfolded."""
+    changed without cuda_fold.py, V % COLS would go unchecked and columns past the last block unfolded.
+    The warps per block it reads from the cubin itself (`gdn_fold_team`, checked on a GPU below)."""
     define = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (\w+) (\d+)", SOURCE)}
     assert define["CQ"] * 32 // (1 << define["LANE_A_BITS"]) == cuda_fold.COLUMNS
     assert 32 * define["CONV_PER_LANE"] == cuda_fold.CONV_CHUNK
-    assert cuda_fold.smem_bytes() == cuda_fold.COLUMNS * define["K_DIM"] * 4 + 2 * define["K_DIM"] * 4 + 8
+    team, tile = define["TEAM"], cuda_fold.COLUMNS * define["K_DIM"] * 4
+    assert cuda_fold.smem_bytes(16, team) == team * tile + 2 * 16 * define["K_DIM"] * 4 + 8 * team
+    assert re.search(r'__constant__ int gdn_fold_team\[2\] = \{TEAM, TEAM_TRACK\};', SOURCE)
+    for warps_per_sm in ("MIN_BLOCKS", "MIN_BLOCKS_TRACK"):  # whole teams per SM: the occupancy the registers are for
+        assert define[warps_per_sm] % define["TEAM" if warps_per_sm == "MIN_BLOCKS" else "TEAM_TRACK"] == 0
 
 
 def test_pack_puts_each_runtime_argument_in_its_field():
@@ -71,7 +76,8 @@ def test_pack_puts_each_runtime_argument_in_its_field():
     assert (packed.state, packed.rawk, packed.accept_lens) == (state.data_ptr(), rawk.data_ptr(), lens.data_ptr())
     assert (packed.HV, packed.GROUP, packed.V, packed.RL, packed.layers, packed.batch) == (4, 2, 128, 8, 2, 2)
     assert packed.state_slot_tiles == 4 and packed.rawk_slot_rows == 2 * 8
-    assert cuda_fold.work_units(packed) == 2 * 2 * 4 * (128 // cuda_fold.COLUMNS)
+    assert cuda_fold.work_units(packed, team=4) == 2 * 2 * 4 * (128 // (4 * cuda_fold.COLUMNS))
+    assert cuda_fold.work_units(packed, team=1) == 2 * 2 * 4 * (128 // cuda_fold.COLUMNS)
     assert packed.wide_indices == 0  # int32 index vectors
     wide = cuda_fold.pack(_fold_args(state, rawv, rawk, g, beta, slots, lens.long()), batch=2)
     assert wide.wide_indices == 0b1010  # the accept lengths, given twice (as the track steps of a plan without track)
@@ -108,7 +114,7 @@ def _many_rows(batch):
     slots = [-1 if row % 9 == 4 else row for row in range(batch)]
     track_slots = [batch + row // 13 if row % 13 == 0 else -1 for row in range(batch)]  # rows 26, 39 (, 52) store
     track_steps = [row // 13 % 2 if slot >= 0 else -1 for row, slot in enumerate(track_slots)]
-    return dict(L=1, HV=4, H=2, V=32, N=4, slots=slots, accept_lens=[row * 7 % 5 for row in range(batch)],
+    return dict(L=1, HV=4, H=2, V=64, N=4, slots=slots, accept_lens=[row * 7 % 5 for row in range(batch)],
                 num_slots=batch + 6, track=(track_slots, track_steps))
 
 
@@ -121,10 +127,13 @@ def test_gpu_bitwise_equals_decode(track, indices):
     server gives some of them (int64: its track slots) and as views 4 bytes off 16-byte alignment."""
     cubin, _ = nvrtc.build_fold()
     kernels = cuda_fold.CudaKernels(cubin, "nvrtc")
-    for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=32, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
+    for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
                                      num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
                                 dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],
                                      num_slots=9, track=([1, 8, -1, -1, 3], [7, 0, -1, -1, 8])),
+                                # a window past the raw k a warp holds for its share (4 warps x SHARE_HELD steps)
+                                dict(L=2, HV=4, H=2, V=128, N=32, slots=[1, 2], accept_lens=[32, 21], num_slots=4,
+                                     track=([3, -1], [30, -1])),
                                 _many_rows(40), _many_rows(70))):
         case = make_case(**cfg, K=128, device="cuda", seed=11 + seed)
         expected, tracked = decode_reference(case)
@@ -144,3 +153,23 @@ def test_gpu_bitwise_equals_decode(track, indices):
         if track:
             for row, snapshot in tracked.items():
                 assert torch.equal(state[:, int(case.track_slots[row])], snapshot), f"track slot of row {row}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_gpu_the_host_reads_the_team_from_the_cubin_and_refuses_narrower_pools():
+    """The warps per block come from the cubin (`gdn_fold_team`), and a V that is a multiple of an item's
+    columns but not of a team's is refused after loading, before anything is launched."""
+    define = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (\w+) (\d+)", SOURCE)}
+    cubin, _ = nvrtc.build_fold()
+    kernels = cuda_fold.CudaKernels(cubin, "nvrtc")
+    device = torch.cuda.current_device()
+    assert kernels.loaded(device).team == {False: define["TEAM"], True: define["TEAM_TRACK"]}
+    state, rawv, rawk, g, beta = _pool(V=cuda_fold.COLUMNS * (define["TEAM"] - 1), device="cuda")
+    slots = lens = torch.zeros(1, dtype=torch.int32, device="cuda")
+    before = state.clone()
+    with pytest.raises(gdn_fold.FoldShapeNotSupported, match="warps of"):
+        kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, 1),
+                        _fold_args(state, rawv, rawk, g, beta, slots, lens), gdn_fold.fold_constexprs(False, False), {},
+                        device)
+    assert torch.equal(state, before)

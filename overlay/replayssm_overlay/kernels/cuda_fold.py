@@ -8,12 +8,14 @@ commit only writes the four index-tensor pointers (and which of them are int64) 
 nothing allocated. The kernel reads int32 and int64 index vectors as given (`indices_as_given`): the
 server's track slots are int64, and a copy to int32 would cost a launch of its own on every commit.
 CUDA-graph capture records the launch like any other on that stream.
+A block is a team of warps (the cubin's `gdn_fold_team`) that fold one value head's column blocks and share
+the normalization of its k window; the grid is as many blocks as the driver says fit at once.
 
 `CudaKernels` is the launch source of the "overlay-cuda" fold choice, with the `prepare` method of
 `launch.JitKernels` and `launch.PrebuiltKernels`. Its binary is an
 sm_90 cubin from the artifact folder (compiled with NVRTC by `replayssm-overlay kernels build`, checked by
 the loader: `loader.ArtifactSet.cuda_kernels`). A pool the kernel does not cover (K != 128, V not a
-multiple of the item's columns, a window over 32 steps, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in `prepare`, before anything is launched.
+multiple of a team's columns: 64 for 4 warps of 16, a window over 32 steps, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in `prepare`, before anything is launched.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ MAX_WINDOW = 32  # lane t of a warp holds step t's gates
 CONV_CHUNK = 512  # conv elements per conv unit (gdn_fold.cu)
 COLUMNS = 16  # state columns per work item: gdn_fold.cu's COLS for the layout nvrtc.py builds
 _CARVEOUT_MAX_SHARED = 100  # percent of L1 as shared memory: each resident warp stages an 8 KB tile
+_TEAM_SYMBOL = b"gdn_fold_team"  # int[2] in the cubin: warps per block without and with a track slot
 _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 _SIGNATURE = gdn_fold.fold_signature("bf16")  # the Triton kernel's runtime arguments, in order
 _POINTERS = tuple(name for name, ty in _SIGNATURE.items() if ty.startswith("*"))
 _INTS = tuple(name for name, ty in _SIGNATURE.items() if ty == "i32") + ("layers", "batch", "wide_indices")
@@ -71,7 +76,8 @@ def _check(rc: int, what: str) -> None:
 
 
 class LoadedFold:
-    """The cubin's four entry points in the primary context of one device, with their grid size."""
+    """The cubin's four entry points in the primary context of one device, with their grid size and the warps
+    per block each was built for (the cubin's `gdn_fold_team`: its warps share one value head's normalized k)."""
 
     def __init__(self, cubin: bytes, device_index: int):
         import torch
@@ -88,34 +94,51 @@ class LoadedFold:
                 self._module = ctypes.c_void_p()
                 self._image = ctypes.create_string_buffer(cubin, len(cubin))
                 _check(lib.cuModuleLoadData(ctypes.byref(self._module), self._image), "cuModuleLoadData")
-                sms = ctypes.c_int()
+                sms, optin = ctypes.c_int(), ctypes.c_int()
                 _check(lib.cuDeviceGetAttribute(ctypes.byref(sms), _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
                        "cuDeviceGetAttribute")
+                _check(lib.cuDeviceGetAttribute(ctypes.byref(optin), _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                                dev), "cuDeviceGetAttribute")
                 self.functions, self._per_sm, self._sms = {}, {}, sms.value
+                self.team = _read_team(lib, self._module)
                 for key, name in KERNELS.items():
                     fn = ctypes.c_void_p()
                     _check(lib.cuModuleGetFunction(ctypes.byref(fn), self._module, name.encode()), f"cuModuleGetFunction {name}")
                     _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                                                   _CARVEOUT_MAX_SHARED), "cuFuncSetAttribute")
+                    # a team's tiles and windows pass the 48 KB a block gets without opting in (a 16-step window: 48.03)
+                    _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin.value),
+                           "cuFuncSetAttribute")
                     self.functions[key] = fn
             finally:
                 _check(lib.cuCtxPopCurrent_v2(ctypes.byref(ctx)), "cuCtxPopCurrent")
 
     def programs(self, key, shared: int) -> int:
-        """Warps that fit on the device at once (the persistent grid) for one entry point and shared memory size."""
+        """Blocks that fit on the device at once (the persistent grid) for one entry point and shared memory size."""
         found = self._per_sm.get((key, shared))
         if found is None:
             per_sm = ctypes.c_int()
-            _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), self.functions[key], 32,
-                                                                         ctypes.c_size_t(shared)),
+            _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), self.functions[key],
+                                                                         32 * self.team[key[1]], ctypes.c_size_t(shared)),
                    "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             found = self._per_sm[(key, shared)] = max(1, per_sm.value) * self._sms
         return found
 
 
-def smem_bytes(columns: int = COLUMNS) -> int:
-    """Dynamic shared memory of one warp (gdn_fold.cu `Smem`): the tile, two normalized-k rows, the mbarrier."""
-    return columns * 128 * 4 + 2 * 128 * 4 + 8
+def _read_team(lib, module) -> dict:
+    """{track: warps per block} from the cubin's `gdn_fold_team`; CudaError for a cubin without it."""
+    address, size = ctypes.c_uint64(), ctypes.c_size_t()
+    _check(lib.cuModuleGetGlobal_v2(ctypes.byref(address), ctypes.byref(size), module, _TEAM_SYMBOL),
+           "cuModuleGetGlobal gdn_fold_team (a cubin of an older gdn_fold.cu?)")
+    team = (ctypes.c_int * 2)()
+    _check(lib.cuMemcpyDtoH_v2(team, address, ctypes.c_size_t(ctypes.sizeof(team))), "cuMemcpyDtoH gdn_fold_team")
+    return {False: team[0], True: team[1]}
+
+
+def smem_bytes(window: int, team: int, columns: int = COLUMNS) -> int:
+    """Dynamic shared memory of one block (gdn_fold.cu `Smem`): each warp's tile, the block's normalized k of
+    two windows, each warp's mbarrier."""
+    return team * columns * 128 * 4 + 2 * window * 128 * 4 + team * 8
 
 
 def _covers(args, columns: int = COLUMNS) -> None:
@@ -162,10 +185,15 @@ class CudaKernels:
         _covers(args, self.columns)
         fold = self.loaded(device_index)
         key = (args[3].element_size(), bool(constexprs["HAS_TRACK"]))
+        team = fold.team[key[1]]
+        if args[0].shape[3] % (self.columns * team):
+            raise gdn_fold.FoldShapeNotSupported(f"V={args[0].shape[3]} (need a multiple of {self.columns * team}: "
+                                                 f"{team} warps of {self.columns} columns) for the CUDA kernel")
         function = fold.functions[key]
         packed = pack(args, grid[1])
-        shared = smem_bytes(self.columns)
-        programs = max(1, min(fold.programs(key, shared), work_units(packed, self.columns)))
+        shared = smem_bytes(packed.RL, team, self.columns)
+        programs = max(1, min(fold.programs(key, shared), work_units(packed, team, self.columns)))
+        threads = 32 * team
         params = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
         launch_kernel, stream_of, int64 = driver().cuLaunchKernel, torch._C._cuda_getCurrentRawStream, torch.int64
 
@@ -175,7 +203,7 @@ class CudaKernels:
             packed.track_slots, packed.track_steps = track_slots.data_ptr(), track_steps.data_ptr()
             packed.wide_indices = ((slots.dtype is int64) | (lens.dtype is int64) << 1 | (track_slots.dtype is int64) << 2
                                    | (track_steps.dtype is int64) << 3)
-            rc = launch_kernel(function, programs, 1, 1, 32, 1, 1, shared, stream_of(device_index), params, None)
+            rc = launch_kernel(function, programs, 1, 1, threads, 1, 1, shared, stream_of(device_index), params, None)
             if rc != 0:
                 _check(rc, "cuLaunchKernel")
 
@@ -192,7 +220,9 @@ def pack(args, batch: int) -> FoldArgs:
     return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch, wide)
 
 
-def work_units(packed: FoldArgs, columns: int = COLUMNS) -> int:
-    """Programs that have work: fold items (layer, row, value head, column block) or conv units, the larger."""
+def work_units(packed: FoldArgs, team: int, columns: int = COLUMNS) -> int:
+    """Blocks of `team` warps that have work: team items (layer, row, value head, `team` column blocks) or
+    conv units (a warp each), the larger."""
     rows = packed.layers * packed.batch
-    return max(rows * packed.HV * (packed.V // columns), rows * -(-packed.conv_elems // CONV_CHUNK), 1)
+    conv_units = rows * -(-packed.conv_elems // CONV_CHUNK)
+    return max(rows * packed.HV * (packed.V // (columns * team)), -(-conv_units // team), 1)

@@ -6,11 +6,13 @@
 // Why CUDA beside the Triton kernel: Triton infers layouts and shared memory, so its kernel l2-normalizes
 // k again in every thread, and its programs load their state tiles into registers in lock step, so the
 // state traffic adds to the compute instead of hiding under it (notes/perf.md, v4/v5). Here
-//   - each warp is a persistent program: the bulk copy (cp.async.bulk on an mbarrier) of its next work
-//     item's 8 KB state tile into shared memory is in flight while it folds the current one from registers;
-//   - each step's k is l2-normalized once per warp (4 k per lane) into shared memory and read back
-//     broadcast, a step ahead; the raw k and v of the next PREFETCH steps are in flight while a step
-//     computes (the step loop is unrolled so that the queue of loads is never moved between registers);
+//   - a block is a team of TEAM warps and a persistent program: each warp folds one column block of the
+//     team's value head, and the bulk copy (cp.async.bulk on an mbarrier) of its next 8 KB state tile into
+//     shared memory is in flight while it folds the current one from registers;
+//   - each step's k is l2-normalized once per team (4 k per lane, the steps dealt round the warps) into
+//     shared memory, the next item's while this one folds, and read back broadcast; the raw v of the next
+//     PREFETCH steps is in flight while a step computes (the step loop is unrolled so that the queue of
+//     loads is never moved between registers);
 //   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit).
 // Every fp32 operation is the PTX instruction the decode kernel's Triton compile has (mul.rn, add.rn,
 // sub.rn, fma.rn, ex2.approx, sqrt.approx.ftz, div.full), in its association, so ptxas has nothing to
@@ -23,17 +25,17 @@
 // the CQ columns CQ (l / NA) .. CQ (l / NA) + CQ - 1 of its item, so the levels i ^ 16 .. i ^ NA pair m's
 // bits inside the thread (depth first: see the step loop) and i ^ (NA / 2) .. i ^ 1 are shuffles.
 // The build (nvrtc.py) uses the defaults below: NA = 8 lanes x 4 columns, 16 k x 4 columns = 64 state values
-// per thread, 16 columns per item, 16 warps per SM (12 with a track slot); notes/perf.md has the other
-// layouts measured.
+// per thread, 16 columns per item, teams of 4 warps, 16 warps per SM (12 with a track slot); notes/perf.md
+// has the other layouts measured.
 //
 // Shapes (per tensor-parallel rank, as gdn_fold.py): state [L, S, HV, V, K] fp32 (k fastest), rawv
 // [L, S, HV, RL, V] bf16, rawk [L, S, H, RL, K] bf16, gate/beta [L, S, HV, RL] fp32, conv dst [L, S, dim, W]
 // and its window view src [L, rows, steps, dim, W] (any strides), index vectors [B] int32 or int64 (the
 // caller's tensors as given: bit j of `wide_indices` says index vector j is int64).
-// Work: a fold item is (layer, row, value head, block of COLS columns), a conv unit is CONV_CHUNK elements of
-// one (layer, row)'s window; program p of P takes conv units p, p + P, ... then fold items p, p + P, ...
-// Block: one warp. What the host checks first (cuda_fold.py): K = 128, V % COLS == 0, RL <= 32, 16-byte
-// aligned state and rings, 2- or 4-byte conv elements.
+// Work: a team item is (layer, row, value head, TEAM blocks of COLS columns), a conv unit is CONV_CHUNK
+// elements of one (layer, row)'s window; warp w of block p of P takes conv units p TEAM + w, stepping by
+// P TEAM, then block p takes team items p, p + P, ... What the host checks first (cuda_fold.py): K = 128,
+// V % (COLS TEAM) == 0, RL <= 32, 16-byte aligned state and rings, 2- or 4-byte conv elements.
 
 #define K_DIM 128
 #define CONV_PER_LANE 16                   // conv elements each lane copies per conv unit
@@ -50,10 +52,25 @@
 #ifndef MIN_BLOCKS_TRACK
 #define MIN_BLOCKS_TRACK 12                // the same with a track slot (168 each: at 128 they spill)
 #endif
+#ifndef TEAM
+#define TEAM 4                             // warps per block: they fold the column blocks of one value head
+#endif                                     // and share the normalization of its k window
+#ifndef TEAM_TRACK
+#define TEAM_TRACK 4                       // the same with a track slot
+#endif
 #define NA (1 << LANE_A_BITS)              // lanes per column group
 #define MG (32 >> LANE_A_BITS)             // groups of 4 k per thread and column
 #define COLS (CQ * 32 / NA)                // columns per fold item (one warp)
 #define TILE_FLOATS (COLS * K_DIM)         // contiguous in the state
+#ifndef SHARE_HELD
+#define SHARE_HELD 4                       // steps of its share of the next item's raw k a warp holds while it folds
+#endif
+#ifndef SHARE_HELD_TRACK
+#define SHARE_HELD_TRACK 1                 // the same with a track slot (at 2 they spill)
+#endif
+
+// the warps per block of the kernels without and with a track slot, for the host (cuda_fold.LoadedFold)
+extern "C" __constant__ int gdn_fold_team[2] = {TEAM, TEAM_TRACK};
 
 struct FoldArgs {  // the Triton kernel's runtime arguments, in its order, then the grid it had
   float* state;
@@ -120,24 +137,32 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
                :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+// every lane waits until the phase of `parity` is complete; the loop's exit is decided for the whole warp, so
+// the compiler knows it converged there (with a per-lane exit it guards each later shuffle against divergence)
+__device__ __forceinline__ bool mbar_done(unsigned bar, unsigned parity) {
+  unsigned done;
   asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "WAIT:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-      "@!done bra WAIT;\n}"
-      :: "r"(bar), "r"(parity) : "memory");
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!__all_sync(0xffffffffu, mbar_done(bar, parity))) {
+  }
 }
 
 // ---- work items
 struct Item {
-  int layer, row, hv, block;
+  int layer, row, hv, chunk;  // chunk: the team's TEAM column blocks (warp w folds block chunk * TEAM + w)
 };
 
-__device__ __forceinline__ Item item_at(int i, const FoldArgs& a, int blocks) {
+__device__ __forceinline__ Item item_at(int i, const FoldArgs& a, int chunks) {
   Item it;
-  it.block = i % blocks;
-  i /= blocks;
+  it.chunk = i % chunks;
+  i /= chunks;
   it.hv = i % a.HV;
   i /= a.HV;
   it.row = i % a.batch;
@@ -168,7 +193,7 @@ __device__ __forceinline__ void copy_window(const FoldArgs& a, int layer, int ro
   const E* src = reinterpret_cast<const E*>(a.conv_src) + (long long)layer * a.conv_src_layer +
                  (long long)row * a.conv_src_row + (long long)step * a.conv_src_step;
   E* dst = reinterpret_cast<E*>(a.conv_dst) + (long long)layer * a.conv_dst_layer + (long long)slot * a.conv_dst_slot;
-  const int e0 = start + (int)threadIdx.x, W = a.conv_width;
+  const int e0 = start + (int)(threadIdx.x & 31), W = a.conv_width;
   const int d_step = 32 / W, w_step = 32 - d_step * W;  // (d, w) of e + 32 from those of e
   int d = e0 / W, w = e0 - (e0 / W) * W;
   E vals[CONV_PER_LANE];
@@ -187,11 +212,12 @@ __device__ __forceinline__ void copy_window(const FoldArgs& a, int layer, int ro
     if (e0 + 32 * j < a.conv_elems) dst[e0 + 32 * j] = vals[j];
 }
 
+// warp `first` of `stride` takes conv units first, first + stride, ...
 template <typename E, bool HAS_TRACK>
-__device__ __forceinline__ void conv_units(const FoldArgs& a, int P) {
+__device__ __forceinline__ void conv_units(const FoldArgs& a, int first, int stride) {
   int per_row = (a.conv_elems + CONV_CHUNK - 1) / CONV_CHUNK;
   int total = a.layers * a.batch * per_row;
-  for (int u = blockIdx.x; u < total; u += P) {
+  for (int u = first; u < total; u += stride) {
     int chunk = u % per_row, rest = u / per_row;
     int row = rest % a.batch, layer = rest / a.batch;
     copy_window<E>(a, layer, row, slot_of(a, row), accepted_of(a, row) - 1, chunk * CONV_CHUNK);
@@ -214,29 +240,37 @@ __device__ __forceinline__ constexpr int bit_reversed(int x) {
   return m;
 }
 
-// Shared memory of one warp: the state tile of the item it folds next, the normalized k of two steps, and
-// the mbarrier the tile's bulk copy completes on (`cuda_fold.smem_bytes`: 9 KB at 16 columns).
+// Shared memory of a block (`cuda_fold.smem_bytes`: 48 KB for 4 warps at 16 columns and a 16-step window):
+// each warp's state tile of the item it folds next, the block's normalized k of two items' windows, and
+// each warp's mbarrier its tile's bulk copy completes on. A warp's view of it:
 struct Smem {
-  float* tile;
-  float* knorm;  // [2][K_DIM]
-  unsigned bar;
+  float* tile;   // [TILE_FLOATS], this warp's
+  float* knorm;  // [2][RL][K_DIM], the block's: the item folding and the next
+  unsigned bar;  // this warp's
 };
 
-__device__ __forceinline__ Smem carve(unsigned char* base) {
+__device__ __forceinline__ Smem carve(unsigned char* base, int warp, int team, int RL) {
   Smem m;
-  m.tile = reinterpret_cast<float*>(base);
-  m.knorm = m.tile + TILE_FLOATS;
-  m.bar = smem_addr(m.knorm + 2 * K_DIM);
+  float* tiles = reinterpret_cast<float*>(base);
+  m.tile = tiles + warp * TILE_FLOATS;
+  m.knorm = tiles + team * TILE_FLOATS;
+  m.bar = smem_addr(m.knorm + 2 * RL * K_DIM) + 8 * warp;
   return m;
 }
 
-// lane 0: the bulk copy of item i's state tile
-__device__ __forceinline__ void stage_tile(const FoldArgs& a, const Smem& m, int i, int blocks) {
-  const Item x = item_at(i, a, blocks);
+// lane 0: the bulk copy of the state tile of item x's column block `block`
+__device__ __forceinline__ void stage_tile(const FoldArgs& a, const Smem& m, const Item& x, int block) {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // after this warp's reads of the tile
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(m.bar), "r"(TILE_FLOATS * 4) : "memory");
-  bulk_copy(smem_addr(m.tile), a.state + tile_offset(a, x.layer, x.hv, slot_of(a, x.row), x.block), TILE_FLOATS * 4,
+  bulk_copy(smem_addr(m.tile), a.state + tile_offset(a, x.layer, x.hv, slot_of(a, x.row), block), TILE_FLOATS * 4,
             m.bar);
+}
+
+// lane 0: the same for this warp's column block of team item i
+template <int NT>
+__device__ __forceinline__ void stage_item(const FoldArgs& a, const Smem& m, int i, int chunks) {
+  const Item x = item_at(i, a, chunks);
+  stage_tile(a, m, x, x.chunk * NT + (int)(threadIdx.x >> 5));
 }
 
 // a shared-memory read the compiler may not hoist out of its step (it would keep every step's k in registers,
@@ -249,7 +283,7 @@ __device__ __forceinline__ float4 lds4(unsigned addr) {
 
 // k / sqrt(sum k^2 + 1e-6) of one step (lane l: its raw k[4l .. 4l+3]) into the knorm row `out`
 __device__ __forceinline__ void normalize_k(uint2 w, float* out) {
-  const int lane = threadIdx.x;
+  const int lane = threadIdx.x & 31;
   const float4 k = make_float4(bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y));
   float ss = chain4(k, k);
 #pragma unroll
@@ -258,8 +292,49 @@ __device__ __forceinline__ void normalize_k(uint2 w, float* out) {
   *reinterpret_cast<float4*>(out + 4 * lane) = make_float4(mul_rn(k.x, r), mul_rn(k.y, r), mul_rn(k.z, r), mul_rn(k.w, r));
 }
 
+// A warp's share of the normalization of one item's k window (the team's warps normalize its steps warp,
+// warp + NT, ... into the block's buffer): the raw k of the first SHARE_HELD of them is loaded when the item
+// is known, a whole item ahead, and held while the warp folds the item before it.
+template <int HELD>
+struct KShare {
+  const unsigned short* p;  // this lane's 4 raw k of step 0
+  int steps;                // the item's steps to fold (its accepted ones, at most RL)
+  uint2 k[HELD];
+};
+
+template <int NT, int HELD>
+__device__ __forceinline__ KShare<HELD> load_share(const FoldArgs& a, int i, int chunks, int warp) {
+  const Item x = item_at(i, a, chunks);
+  KShare<HELD> s;
+  s.p = a.rawk + ((long long)x.layer * a.rawk_layer_rows + (long long)slot_of(a, x.row) * a.rawk_slot_rows +
+                  (long long)(x.hv / a.GROUP) * a.RL) * K_DIM + 4 * (threadIdx.x & 31);
+  s.steps = min(accepted_of(a, x.row), a.RL);  // at least 1: next_item skips rows that fold nothing
+#pragma unroll
+  for (int j = 0; j < HELD; ++j)
+    s.k[j] = __ldg(reinterpret_cast<const uint2*>(s.p + min(warp + j * NT, s.steps - 1) * K_DIM));
+  return s;
+}
+
+// Round j normalizes step warp + j * NT of each warp; a warp whose step is past the item's last redoes the
+// last one (the same values into the same row), so that no branch depends on the warp.
+// The rest of a long window (past HELD rounds) is loaded here, 4 rounds at a time: the fold's registers are free.
+template <int NT, int HELD>
+__device__ __forceinline__ void normalize_share(const KShare<HELD>& s, float* knorm, int warp) {
+#pragma unroll
+  for (int j = 0; j < HELD; ++j)
+    if (j * NT < s.steps) normalize_k(s.k[j], knorm + min(warp + j * NT, s.steps - 1) * K_DIM);
+  for (int j0 = HELD; j0 * NT < s.steps; j0 += 4) {
+    uint2 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = __ldg(reinterpret_cast<const uint2*>(s.p + min(warp + (j0 + j) * NT, s.steps - 1) * K_DIM));
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if ((j0 + j) * NT < s.steps) normalize_k(w[j], knorm + min(warp + (j0 + j) * NT, s.steps - 1) * K_DIM);
+  }
+}
+
 #ifndef PREFETCH
-#define PREFETCH 3  // steps of raw k and v in flight ahead of the one computing
+#define PREFETCH 3  // steps of raw v in flight ahead of the one computing
 #endif
 // The step loop is unrolled by the queue's length, so that the queue's shift is a renaming of registers: a
 // shift by moves waits for the load issued in the same step (a memory latency per step: notes/perf.md v7)
@@ -281,144 +356,151 @@ __device__ __forceinline__ VRaw load_v(const unsigned short* p) {
   return r;
 }
 
-template <typename E, bool HAS_TRACK>
+// One warp folds column block `block` of item x from its staged tile (`kw`: this lane's first group of the
+// item's normalized k, step 0), stages its tile of item `next` when it has one, and stores the state (and
+// the track slot's).
+template <bool HAS_TRACK, int NT>
+__device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, const Item& x, int block, unsigned kw,
+                                          unsigned& parity, int next, int chunks) {
+  const int lane = threadIdx.x & 31, pair = lane >> LANE_A_BITS, asub = lane & (NA - 1);
+  const long long slot = slot_of(a, x.row);
+  const int n_commit = min(accepted_of(a, x.row), a.RL);
+  const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
+                                        (long long)x.hv * a.RL) * a.V + block * COLS + CQ * pair;
+  const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL;
+  float g_lane = 0.f, beta_lane = 0.f;  // lane t holds step t's gates
+  if (lane < n_commit) {
+    g_lane = __ldg(a.gate + gb + lane);
+    beta_lane = __ldg(a.beta + gb + lane);
+  }
+  // raw v of steps 0 .. PREFETCH (clamped to the last accepted step: loads past it are not used)
+  VRaw vq[PREFETCH + 1];
+#pragma unroll
+  for (int d = 0; d <= PREFETCH; ++d) vq[d] = load_v(p_v + min(d, n_commit - 1) * a.V);
+  int track_step = -1;
+  long long track_slot = -1;
+  if (HAS_TRACK) {
+    track_slot = track_slot_of(a, x.row);
+    track_step = track_slot >= 0 ? track_step_of(a, x.row) : -1;
+  }
+  mbar_wait(sm.bar, parity);
+  parity ^= 1;
+  float4 h[CQ][MG];
+#pragma unroll
+  for (int q = 0; q < CQ; ++q)
+#pragma unroll
+    for (int m = 0; m < MG; ++m) h[q][m] = lds4(smem_addr(sm.tile + (CQ * pair + q) * K_DIM + 4 * (m * NA + asub)));
+  __syncwarp();
+  if (lane == 0 && next >= 0) stage_item<NT>(a, sm, next, chunks);  // into the tile just read
+  float decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, 0));  // each step's, one step early
+
+#pragma unroll STEP_UNROLL
+  for (int t = 0; t < n_commit; ++t) {
+    const unsigned kb = kw + t * (K_DIM * 4);  // this lane's first group of step t's k
+    float vr[CQ];
+#pragma unroll
+    for (int q = 0; q < CQ; q += 2) {
+      vr[q] = bf16_lo(vq[0].x[q / 2]);
+      vr[q + 1] = bf16_hi(vq[0].x[q / 2]);
+    }
+#pragma unroll
+    for (int d = 0; d < PREFETCH; ++d) vq[d] = vq[d + 1];
+    vq[PREFETCH] = load_v(p_v + min(t + 1 + PREFETCH, n_commit - 1) * a.V);
+    const float b = __shfl_sync(0xffffffffu, beta_lane, t);
+    const float decay = decay_next;
+    decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, t + 1));  // past the window: unused
+
+    // h *= exp(g); d = h^T k per column, the tree above evaluated depth first: x's bits reversed are m, and
+    // part[q][l] holds the pending sum of level l (a binary counter's carries are the tree's additions)
+    constexpr int LEVELS = 5 - LANE_A_BITS;
+    float part[CQ][LEVELS], d[CQ];
+#pragma unroll
+    for (int x4 = 0; x4 < MG; ++x4) {
+      const int m = bit_reversed(x4);
+      const float4 kk = lds4(kb + 16 * m * NA);
+#pragma unroll
+      for (int q = 0; q < CQ; ++q) {
+        float4 w = h[q][m];
+        w = make_float4(mul_rn(w.x, decay), mul_rn(w.y, decay), mul_rn(w.z, decay), mul_rn(w.w, decay));
+        h[q][m] = w;
+        float sum = chain4(w, kk);
+        int level = 0;
+#pragma unroll
+        for (int c = x4; c & 1; c >>= 1) sum = add_rn(part[q][level++], sum);  // i ^ 16, ^ 8, ...
+        if (level < LEVELS) part[q][level] = sum; else d[q] = sum;
+      }
+    }
+    float vv[CQ];
+#pragma unroll
+    for (int q = 0; q < CQ; ++q) {
+      float dot = d[q];
+#pragma unroll
+      for (int o = NA >> 1; o >= 1; o >>= 1) dot = add_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));  // .., i ^ 1
+      vv[q] = mul_rn(sub_rn(vr[q], dot), b);
+    }
+    // h += k v^T
+#pragma unroll
+    for (int m = 0; m < MG; ++m) {
+      const float4 kk = lds4(kb + 16 * m * NA);
+#pragma unroll
+      for (int q = 0; q < CQ; ++q) {
+        const float4 w = h[q][m];
+        h[q][m] = make_float4(fma_rn(kk.x, vv[q], w.x), fma_rn(kk.y, vv[q], w.y), fma_rn(kk.z, vv[q], w.z),
+                              fma_rn(kk.w, vv[q], w.w));
+      }
+    }
+    if (HAS_TRACK && t == track_step)
+      store_tile(a.state + tile_offset(a, x.layer, x.hv, track_slot, block), h, pair, asub);
+  }
+  store_tile(a.state + tile_offset(a, x.layer, x.hv, slot, block), h, pair, asub);
+  __syncwarp();
+}
+
+// A block is a team of NT warps and a persistent program: it takes conv units (a warp each) and then team
+// items p, p + P, ..., one value head's NT column blocks each. Per item: one barrier (the item's normalized
+// window is complete, and no warp still reads the buffer the next one goes into), each warp folds its block,
+// then normalizes its share of the next item's window into the other buffer.
+template <typename E, bool HAS_TRACK, int NT>
 __device__ __forceinline__ void fold_body(const FoldArgs& a) {
   extern __shared__ __align__(128) unsigned char smem_base[];
-  const Smem sm = carve(smem_base);
-  const int lane = threadIdx.x, pair = lane >> LANE_A_BITS, asub = lane & (NA - 1);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const Smem sm = carve(smem_base, warp, NT, a.RL);
   const int P = gridDim.x;
-  const int blocks = a.V / COLS, per_row = a.HV * blocks;
+  const int chunks = a.V / (COLS * NT), per_row = a.HV * chunks;  // the host checks V % (COLS * NT) == 0
   const int total = a.layers * a.batch * per_row;
-  const unsigned k_lane = smem_addr(sm.knorm) + 16 * asub;
+  const unsigned k_lane = smem_addr(sm.knorm) + 16 * (lane & (NA - 1));
   if (lane == 0) mbar_init(sm.bar);
   __syncwarp();
 
   int it = next_item(blockIdx.x, P, total, a, per_row);
-  if (lane == 0 && it < total) stage_tile(a, sm, it, blocks);
-  conv_units<E, HAS_TRACK>(a, P);  // while the first tile is in flight
+  if (lane == 0 && it < total) stage_item<NT>(a, sm, it, chunks);
+  conv_units<E, HAS_TRACK>(a, blockIdx.x * NT + warp, P * NT);  // while the first tiles are in flight
+  constexpr int HELD = HAS_TRACK ? SHARE_HELD_TRACK : SHARE_HELD;
+  if (it < total) normalize_share<NT, HELD>(load_share<NT, HELD>(a, it, chunks, warp), sm.knorm, warp);
 
   unsigned parity = 0;
+  int buf = 0;
   while (it < total) {
-    const Item x = item_at(it, a, blocks);
-    const long long slot = slot_of(a, x.row);
-    const int n_commit = min(accepted_of(a, x.row), a.RL);
-    const unsigned short* p_k = a.rawk + ((long long)x.layer * a.rawk_layer_rows + slot * a.rawk_slot_rows +
-                                          (long long)(x.hv / a.GROUP) * a.RL) * K_DIM + 4 * lane;
-    const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
-                                          (long long)x.hv * a.RL) * a.V + x.block * COLS + CQ * pair;
-    const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL;
-    float g_lane = 0.f, beta_lane = 0.f;  // lane t holds step t's gates
-    if (lane < n_commit) {
-      g_lane = __ldg(a.gate + gb + lane);
-      beta_lane = __ldg(a.beta + gb + lane);
-    }
-    // raw k and v of steps 0 .. PREFETCH (clamped to the last accepted step: loads past it are not used)
-    uint2 kq[PREFETCH + 1];
-    VRaw vq[PREFETCH + 1];
-#pragma unroll
-    for (int d = 0; d <= PREFETCH; ++d) {
-      const int t = min(d, n_commit - 1);
-      kq[d] = __ldg(reinterpret_cast<const uint2*>(p_k + t * K_DIM));
-      vq[d] = load_v(p_v + t * a.V);
-    }
-    int track_step = -1;
-    long long track_slot = -1;
-    if (HAS_TRACK) {
-      track_slot = track_slot_of(a, x.row);
-      track_step = track_slot >= 0 ? track_step_of(a, x.row) : -1;
-    }
-    mbar_wait(sm.bar, parity);
-    parity ^= 1;
-    float4 h[CQ][MG];
-#pragma unroll
-    for (int q = 0; q < CQ; ++q)
-#pragma unroll
-      for (int m = 0; m < MG; ++m) h[q][m] = lds4(smem_addr(sm.tile + (CQ * pair + q) * K_DIM + 4 * (m * NA + asub)));
-    __syncwarp();
+    __syncthreads();  // buffer buf holds this item's normalized window; no warp reads buffer buf ^ 1 any more
+    const Item x = item_at(it, a, chunks);
     const int next = next_item(it + P, P, total, a, per_row);
-    if (lane == 0 && next < total) stage_tile(a, sm, next, blocks);  // into the tile just read
-    normalize_k(kq[0], sm.knorm);
-    float decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, 0));  // each step's, one step early
-
-#pragma unroll STEP_UNROLL
-    for (int t = 0; t < n_commit; ++t) {
-      const unsigned kb = k_lane + ((t & 1) ? K_DIM * 4 : 0);  // this lane's first group of step t's k
-      float vr[CQ];
-#pragma unroll
-      for (int q = 0; q < CQ; q += 2) {
-        vr[q] = bf16_lo(vq[0].x[q / 2]);
-        vr[q + 1] = bf16_hi(vq[0].x[q / 2]);
-      }
-      const uint2 k_next = kq[1];
-#pragma unroll
-      for (int d = 0; d < PREFETCH; ++d) {
-        kq[d] = kq[d + 1];
-        vq[d] = vq[d + 1];
-      }
-      const int ahead = min(t + 1 + PREFETCH, n_commit - 1);
-      kq[PREFETCH] = __ldg(reinterpret_cast<const uint2*>(p_k + ahead * K_DIM));
-      vq[PREFETCH] = load_v(p_v + ahead * a.V);
-      const float b = __shfl_sync(0xffffffffu, beta_lane, t);
-      const float decay = decay_next;
-      decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, t + 1));  // past the window: unused
-      __syncwarp();  // knorm row t & 1 written by every lane, row (t + 1) & 1 read by every lane a step ago
-      // the next step's k first: its shuffles and division are off this step's critical path
-      if (t + 1 < n_commit) normalize_k(k_next, sm.knorm + ((t + 1) & 1) * K_DIM);
-
-      // h *= exp(g); d = h^T k per column, the tree above evaluated depth first: x's bits reversed are m, and
-      // part[q][l] holds the pending sum of level l (a binary counter's carries are the tree's additions)
-      constexpr int LEVELS = 5 - LANE_A_BITS;
-      float part[CQ][LEVELS], d[CQ];
-#pragma unroll
-      for (int x4 = 0; x4 < MG; ++x4) {
-        const int m = bit_reversed(x4);
-        const float4 kk = lds4(kb + 16 * m * NA);
-#pragma unroll
-        for (int q = 0; q < CQ; ++q) {
-          float4 w = h[q][m];
-          w = make_float4(mul_rn(w.x, decay), mul_rn(w.y, decay), mul_rn(w.z, decay), mul_rn(w.w, decay));
-          h[q][m] = w;
-          float sum = chain4(w, kk);
-          int level = 0;
-#pragma unroll
-          for (int c = x4; c & 1; c >>= 1) sum = add_rn(part[q][level++], sum);  // i ^ 16, ^ 8, ...
-          if (level < LEVELS) part[q][level] = sum; else d[q] = sum;
-        }
-      }
-      float vv[CQ];
-#pragma unroll
-      for (int q = 0; q < CQ; ++q) {
-        float dot = d[q];
-#pragma unroll
-        for (int o = NA >> 1; o >= 1; o >>= 1) dot = add_rn(dot, __shfl_xor_sync(0xffffffffu, dot, o));  // .., i ^ 1
-        vv[q] = mul_rn(sub_rn(vr[q], dot), b);
-      }
-      // h += k v^T
-#pragma unroll
-      for (int m = 0; m < MG; ++m) {
-        const float4 kk = lds4(kb + 16 * m * NA);
-#pragma unroll
-        for (int q = 0; q < CQ; ++q) {
-          const float4 w = h[q][m];
-          h[q][m] = make_float4(fma_rn(kk.x, vv[q], w.x), fma_rn(kk.y, vv[q], w.y), fma_rn(kk.z, vv[q], w.z),
-                                fma_rn(kk.w, vv[q], w.w));
-        }
-      }
-      if (HAS_TRACK && t == track_step)
-        store_tile(a.state + tile_offset(a, x.layer, x.hv, track_slot, x.block), h, pair, asub);
-    }
-    store_tile(a.state + tile_offset(a, x.layer, x.hv, slot, x.block), h, pair, asub);
-    __syncwarp();
+    KShare<HELD> share;
+    if (next < total) share = load_share<NT, HELD>(a, next, chunks, warp);  // in flight while this item folds
+    fold_item<HAS_TRACK, NT>(a, sm, x, x.chunk * NT + warp, k_lane + buf * (a.RL * K_DIM * 4), parity,
+                             next < total ? next : -1, chunks);
+    if (next < total) normalize_share<NT, HELD>(share, sm.knorm + (buf ^ 1) * a.RL * K_DIM, warp);
+    buf ^= 1;
     it = next;
   }
 }
 
-#define FOLD_KERNEL(NAME, E, TRACK, BLOCKS) \
-  extern "C" __global__ void __launch_bounds__(32, BLOCKS) NAME(const __grid_constant__ FoldArgs a) { \
-    fold_body<E, TRACK>(a); \
+#define FOLD_KERNEL(NAME, E, TRACK, NT, WARPS_PER_SM) \
+  extern "C" __global__ void __launch_bounds__(32 * NT, WARPS_PER_SM / NT) NAME(const __grid_constant__ FoldArgs a) { \
+    fold_body<E, TRACK, NT>(a); \
   }
+static_assert(MIN_BLOCKS % TEAM == 0 && MIN_BLOCKS_TRACK % TEAM_TRACK == 0, "whole teams per SM");
 
-FOLD_KERNEL(gdn_fold_conv2, unsigned short, false, MIN_BLOCKS)
-FOLD_KERNEL(gdn_fold_conv2_track, unsigned short, true, MIN_BLOCKS_TRACK)
-FOLD_KERNEL(gdn_fold_conv4, unsigned int, false, MIN_BLOCKS)
-FOLD_KERNEL(gdn_fold_conv4_track, unsigned int, true, MIN_BLOCKS_TRACK)
+FOLD_KERNEL(gdn_fold_conv2, unsigned short, false, TEAM, MIN_BLOCKS)
+FOLD_KERNEL(gdn_fold_conv2_track, unsigned short, true, TEAM_TRACK, MIN_BLOCKS_TRACK)
+FOLD_KERNEL(gdn_fold_conv4, unsigned int, false, TEAM, MIN_BLOCKS)
+FOLD_KERNEL(gdn_fold_conv4_track, unsigned int, true, TEAM_TRACK, MIN_BLOCKS_TRACK)
