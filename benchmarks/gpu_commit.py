@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -36,6 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "overlay"), str(ROOT)]
 
+from benchmarks import timing  # noqa: E402
 from benchmarks.fold_cases import decode_reference, make_case, sglang_module, snapshot_reference  # noqa: E402
 from replayssm_overlay import fold  # noqa: E402
 from replayssm_overlay.kernels import commit_plan, gdn_fold, launch, loader  # noqa: E402
@@ -45,19 +45,8 @@ SHAPES = {"35b": (30, 32, 16, 16), "397b-tp4": (45, 16, 4, 4)}
 K = V = 128
 CONV_WIDTH = 3  # conv kernel 4
 RESULTS: dict = {"checks": [], "timing": [], "memory": []}
-OUT: Path
-TAG = ""
-
-
-def log(*parts):
-    line = " ".join(str(p) for p in parts)
-    print(line, flush=True)
-    with open(OUT / f"log_{TAG}.txt", "a") as f:
-        f.write(line + "\n")
-
-
-def save():
-    (OUT / f"commit_{TAG}.json").write_text(json.dumps(RESULTS, indent=1))
+RUN = timing.Run(RESULTS)  # the results folder: started in main
+log, save = RUN.log, RUN.save
 
 
 def conv_pair(L, S, rows, N, H, HV, device="cuda", seed=0):
@@ -215,49 +204,6 @@ class Pool:
         return torch.randint(1, self.N + 1, (self.B,), generator=gen, dtype=torch.int32).cuda()
 
 
-def eager_time(fn, sets, calls):
-    for i in range(3):
-        fn(i % sets)
-    torch.cuda.synchronize()
-    walls, hosts = [], []
-    for c in range(calls):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn(c % sets)
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        walls.append(t2 - t0)
-        hosts.append(t1 - t0)
-    return statistics.median(walls) * 1e6, statistics.median(hosts) * 1e6
-
-
-def graph_time(fn, sets, reps=40):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(sets):
-            fn(i)
-    torch.cuda.synchronize()
-    graphs = []
-    for i in range(sets):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn(i)
-        graphs.append(g)
-    torch.cuda.synchronize()
-    times = []
-    for r in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graphs[r % sets].replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    del graphs
-    return statistics.median(times)
-
-
 def peak_bytes(fn):
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -307,8 +253,8 @@ def timing(choices, calls, quick):
                 launch.RAW = not name.endswith("-runner")
                 if name != "stock":
                     use_choice(name.removesuffix("-runner"), artifacts)
-                wall, host = eager_time(fn, pool.sets, calls)
-                gpu = graph_time(fn, pool.sets)
+                wall, host = timing.eager_us(fn, pool.sets, calls)
+                gpu = timing.graph_us(fn, pool.sets, 40)
                 mem = peak_bytes(fn)
                 row[name] = dict(wall_us=round(wall, 1), host_us=round(host, 1), graph_us=round(gpu, 1),
                                  peak_bytes=mem, fallbacks=len(fold.fallbacks()))
@@ -363,7 +309,7 @@ def breakdown(choices, v4_path):
                 pieces[f"{kind} fold without conv"] = cuda_fold_only(source, ss, pool.slots, lens)
         for name, fn in pieces.items():
             try:
-                RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, graph_us=round(graph_time(fn, pool.sets), 1)))
+                RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, graph_us=round(timing.graph_us(fn, pool.sets, 40), 1)))
             except Exception:
                 RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, error=traceback.format_exc()[-800:]))
             log("breakdown", json.dumps(RESULTS["breakdown"][-1]))
@@ -384,7 +330,7 @@ def breakdown(choices, v4_path):
         probes["CommitPlan.run (prebuilt, raw launch)"] = lambda i: plan.run(pool.slots[i], lens)
         probes["fold_accepted_prefix (prebuilt)"] = lambda i: entry_commit(pool.ss, pool.slots[i], lens)
     for name, fn in probes.items():
-        hosts[name] = round(eager_time(fn, pool.sets, 200)[1], 1)
+        hosts[name] = round(timing.eager_us(fn, pool.sets, 200)[1], 1)
         log("host", name, hosts[name])
     RESULTS["host_breakdown"] = hosts
     save()
@@ -413,7 +359,6 @@ def table():
 
 
 def main():
-    global OUT, TAG
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for commit_<triton>.json and the log")
     parser.add_argument("--artifacts", type=Path, help="prebuilt kernel folder for this node (default: none)")
@@ -426,8 +371,7 @@ def main():
     args = parser.parse_args()
     import triton
 
-    OUT, TAG = args.out, triton.__version__
-    OUT.mkdir(parents=True, exist_ok=True)
+    RUN.start(args.out, f"log_{triton.__version__}.txt", f"commit_{triton.__version__}.json")
     RESULTS["env"] = dict(torch=torch.__version__, triton=triton.__version__, gpu=torch.cuda.get_device_name())
     log("env", RESULTS["env"])
     sglang_module("mamba.mamba_state_scatter_triton")  # stock's commit imports it by name

@@ -30,7 +30,6 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 import types
@@ -38,22 +37,15 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import timing  # noqa: E402
+
 TARGET = dict(L=30, HV=32, H=16, K=128, V=128)
 RESULTS: dict = {"cycle": [], "timing": []}
+RUN = timing.Run(RESULTS)  # the results folder: started in main
+log, save = RUN.log, RUN.save
 DEVICE = "cuda"  # "cpu" only for --cpu-smoke (Triton interpreter)
 RING_DTYPE = torch.bfloat16  # the conv dtype of a served model; fp32 for --cpu-smoke (numpy has no bf16)
-OUT: Path
-
-
-def log(*parts):
-    line = " ".join(str(p) for p in parts)
-    print(line, flush=True)
-    with open(OUT / "log.txt", "a") as f:
-        f.write(line + "\n")
-
-
-def save():
-    (OUT / "ring.json").write_text(json.dumps(RESULTS, indent=1))
 
 
 def _stub(name: str, **attrs):
@@ -217,47 +209,6 @@ def cycle(ring, fsg, *, ring_len, steps, layers, B=4, N=16, seed=7):
 
 
 # -------------------------------------------------------------------------------------------- timing
-def graph_time(fn, sets, reps):
-    graphs = []
-    stream = torch.cuda.Stream()
-    # The pool was filled on the default stream: the warm-up on the side stream must not start before
-    # that (the ring kernels compute addresses from the cursors they read).
-    torch.cuda.synchronize()
-    with torch.cuda.stream(stream):
-        for i in range(sets):
-            fn(i)
-    torch.cuda.synchronize()
-    for i in range(sets):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn(i)
-        graphs.append(g)
-    times = []
-    for r in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graphs[r % sets].replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    del graphs
-    return statistics.median(times)
-
-
-def eager_time(fn, sets, reps):
-    """Wall time from the first Python call to the GPU being done (host launch time included)."""
-    for i in range(sets):
-        fn(i)
-    times = []
-    for r in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn(r % sets)
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
-
-
 class FoldPool:
     """0.5.19's pool for the same target: fp32 state, bf16 raw window, fp32 g/beta (ReplaySSM fold), or
     per-step intermediate states (snapshot path)."""
@@ -313,10 +264,10 @@ def timing(ring, fsg, fold, scatter, *, batch, path):
                 pool.verify(ring, i)
                 pool.commit(ring, i, lens)
 
-            row[f"L{ring_len}_graph_us"] = graph_time(ring_step, sets, 20)
-            row[f"L{ring_len}_eager_us"] = eager_time(ring_step, sets, 10)
+            row[f"L{ring_len}_graph_us"] = timing.graph_us(ring_step, sets, 20)
+            row[f"L{ring_len}_eager_us"] = timing.eager_us(ring_step, sets, 10)[0]
             if ring_len == 16:
-                row["verify_graph_us"] = graph_time(lambda i: pool.verify(ring, i), sets, 20)
+                row["verify_graph_us"] = timing.graph_us(lambda i: pool.verify(ring, i), sets, 20)
             del pool
             torch.cuda.empty_cache()
     else:
@@ -332,8 +283,8 @@ def timing(ring, fsg, fold, scatter, *, batch, path):
             scatter.fused_mamba_state_scatter_with_mask(pool.state, pool.inter, pool.slot_sets[i], steps)
 
         step = fold_step if path == "fold" else snapshot_step
-        row["graph_us"] = graph_time(step, sets, 20 if path == "fold" else 10)
-        row["eager_us"] = eager_time(step, sets, 10 if path == "fold" else 5)
+        row["graph_us"] = timing.graph_us(step, sets, 20 if path == "fold" else 10)
+        row["eager_us"] = timing.eager_us(step, sets, 10 if path == "fold" else 5)[0]
     RESULTS["timing"].append(row)
     save()
     log("time", json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()}))
@@ -353,7 +304,6 @@ def diagnose(ring, batch):
 
 
 def main():
-    global OUT
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for ring.json and log.txt")
@@ -364,8 +314,7 @@ def main():
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="check the script on a CPU (TRITON_INTERPRET=1): a 3-step cycle, no timing")
     args = parser.parse_args()
-    OUT = Path(args.out)
-    OUT.mkdir(parents=True, exist_ok=True)
+    RUN.start(Path(args.out), "log.txt", "ring.json")
     global DEVICE, RING_DTYPE
     if args.cpu_smoke:
         DEVICE, RING_DTYPE = "cpu", torch.float32

@@ -23,23 +23,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "overlay"), str(ROOT)]
 
+from benchmarks import timing  # noqa: E402
 from benchmarks.fold_cases import decode_reference, make_case, sglang_module  # noqa: E402
 from replayssm_overlay.kernels import gdn_fold  # noqa: E402
 
 TARGET = dict(L=30, HV=32, H=16, K=128, V=128)  # Qwen3.5-35B-A3B-like, one rank
 RESULTS: dict = {"exactness": [], "timing": [], "variants": []}
-OUT: Path
-
-
-def log(*parts):
-    line = " ".join(str(p) for p in parts)
-    print(line, flush=True)
-    with open(OUT / "log.txt", "a") as f:
-        f.write(line + "\n")
-
-
-def save():
-    (OUT / "results.json").write_text(json.dumps(RESULTS, indent=1))
+RUN = timing.Run(RESULTS)  # the results folder: started in main
+log, save = RUN.log, RUN.save
 
 
 def copy_ceiling() -> float:
@@ -130,34 +121,6 @@ def exactness() -> bool:
 
 
 # -------------------------------------------------------------------------------------------- timing
-def graph_time(fn_per_set, sets: int, reps: int) -> float:
-    """Median seconds of one replay; `fn_per_set(i)` is captured once per input set, replays rotate."""
-    graphs = []
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for i in range(sets):
-            fn_per_set(i)  # warm-up / JIT outside the capture
-    torch.cuda.synchronize()
-    for i in range(sets):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn_per_set(i)
-        graphs.append(g)
-    for g in graphs:
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for r in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graphs[r % sets].replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del graphs
-    return statistics.median(times)
-
-
 class Pool:
     """Target-shaped pool tensors with random contents; `sets` disjoint slot sets of size B."""
 
@@ -229,8 +192,8 @@ def timing(ceiling: float, quick: bool):
                                                              pool.slot_sets[i], lens, N, TARGET["H"])
 
                 reps = 40 if B < 32 else 20
-                row["ours_us"] = graph_time(f_ours, pool.sets, reps) * 1e6
-                row["sglang_us"] = graph_time(f_sgl, pool.sets, reps) * 1e6
+                row["ours_us"] = timing.graph_us(f_ours, pool.sets, reps)
+                row["sglang_us"] = timing.graph_us(f_sgl, pool.sets, reps)
                 row["ours_GBps"] = state_bytes / row["ours_us"] / 1e3
                 row["sglang_GBps"] = state_bytes / row["sglang_us"] / 1e3
                 row["floor_bytes_us"] = state_bytes / ceiling * 1e6
@@ -246,9 +209,9 @@ def timing(ceiling: float, quick: bool):
                     def f_verify_ring(i):
                         pool.verify(pool.slot_sets[i], ring=True)
 
-                    row["verify_ring_us"] = graph_time(f_verify_ring, pool.sets, 10) * 1e6
-                    row["replayssm_path_us"] = graph_time(f_replay, pool.sets, 10) * 1e6
-                    row["snapshot_path_us"] = graph_time(f_snap, pool.sets, 10) * 1e6
+                    row["verify_ring_us"] = timing.graph_us(f_verify_ring, pool.sets, 10)
+                    row["replayssm_path_us"] = timing.graph_us(f_replay, pool.sets, 10)
+                    row["snapshot_path_us"] = timing.graph_us(f_snap, pool.sets, 10)
                 RESULTS["timing"].append(row)
                 save()
                 log("time", json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}))
@@ -266,10 +229,10 @@ def variants(ceiling: float):
         lens = torch.full((B,), N, dtype=torch.int32, device="cuda")
         for bv, nw in ((16, 1), (32, 2), (64, 4)):
             gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS = bv, nw
-            t = graph_time(lambda i: gdn_fold.fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
-                                                              pool.slot_sets[i], lens), 4, 40)
-            RESULTS["variants"].append(dict(N=N, B=B, BV=bv, num_warps=nw, us=t * 1e6))
-            log(f"variant N={N} B={B} BV={bv} num_warps={nw}: {t * 1e6:.1f} us")
+            t = timing.graph_us(lambda i: gdn_fold.fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
+                                                                   pool.slot_sets[i], lens), 4, 40)
+            RESULTS["variants"].append(dict(N=N, B=B, BV=bv, num_warps=nw, us=t))
+            log(f"variant N={N} B={B} BV={bv} num_warps={nw}: {t:.1f} us")
             if B == 8 and (best is None or t < best[0]):
                 best = (t, bv, nw)
             save()
@@ -282,14 +245,12 @@ def variants(ceiling: float):
 
 
 def main():
-    global OUT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for results.json and log.txt")
     parser.add_argument("--quick", action="store_true", help="skip the snapshot-path timings")
     parser.add_argument("--skip-exact", action="store_true")
     args = parser.parse_args()
-    OUT = Path(args.out)
-    OUT.mkdir(parents=True, exist_ok=True)
+    RUN.start(Path(args.out), "log.txt", "results.json")
     import triton
 
     RESULTS["env"] = dict(torch=torch.__version__, triton=triton.__version__, gpu=torch.cuda.get_device_name(),
