@@ -19,9 +19,9 @@ from harness.context import TRACK_INTERVAL, published
 from harness.gdn_pool import TinyGDN, build_pool
 from harness.recurrence import (
     decode_reference,
+    place_batch,
     random_weights,
     random_window,
-    randomize_slots,
     verify_ring_write,
 )
 
@@ -162,11 +162,7 @@ def run_cycle(scenario: Scenario, commit, *, model: TinyGDN = TinyGDN(), seed: i
     bs, draft_tokens = len(scenario.commit_lens), scenario.draft_tokens
     total_slots = 2 * bs + 2  # active rows, their track slots, and spare slots that must stay untouched
     pool = build_pool(model, slots=total_slots, draft_tokens=draft_tokens)
-    order = torch.randperm(total_slots, generator=generator).to(torch.int32)
-    slots = order[:bs].clone()
-    slots[list(scenario.padded_rows)] = -1
-    track_slots = order[bs : 2 * bs].clone() if scenario.tracked else None
-    randomize_slots(pool, order, generator)
+    slots, track_slots = place_batch(pool, total_slots, bs, scenario.padded_rows, scenario.tracked, generator)
     weights = random_weights(model, generator)
     window = random_window(model, bs, draft_tokens, generator)
     commit_lens = torch.tensor(scenario.commit_lens, dtype=torch.int32)

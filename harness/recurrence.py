@@ -68,6 +68,18 @@ def randomize_slots(pool, slots: torch.Tensor, generator: torch.Generator) -> No
         conv[:, index] = torch.randn(conv[:, index].shape, generator=generator).to(conv.dtype)
 
 
+def place_batch(pool, slot_count: int, bs: int, padded_rows, tracked: bool, generator: torch.Generator):
+    """A batch of bs rows placed at random in a pool of slot_count slots: (slots, track_slots), the rows'
+    slots (padded rows -1) and, if tracked, their own track slots; every slot of the pool gets random states
+    (those no row names are spares that must stay untouched)."""
+    order = torch.randperm(slot_count, generator=generator).to(torch.int32)
+    slots = order[:bs].clone()
+    slots[list(padded_rows)] = -1
+    track_slots = order[bs : 2 * bs].clone() if tracked else None
+    randomize_slots(pool, order, generator)
+    return slots, track_slots
+
+
 def _split_qkv(model: TinyGDN, mixed: torch.Tensor):
     """[T, conv_dim] -> q, k [1, T, H, K] and v [1, T, HV, V], as the GDN layer splits its conv output."""
     tokens = mixed.shape[0]

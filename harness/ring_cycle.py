@@ -24,7 +24,7 @@ import torch
 from harness import ring, stand_ins
 from harness.context import TRACK_INTERVAL, published
 from harness.gdn_pool import TinyGDN, build_pool
-from harness.recurrence import random_weights, random_window, randomize_slots
+from harness.recurrence import place_batch, random_weights, random_window
 
 #: The tiny GDN for the ring: SGLang's ring verify needs K >= 32 (two 16-wide tl.dot halves).
 RING_MODEL = TinyGDN(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=32)
@@ -144,11 +144,7 @@ def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODE
     if not ring.is_ring_pool(pool):
         result.error = "the pool is not a GDN circular-ring pool (SGLang 0.5.19 uses the raw-window fold)"
         return result
-    order = torch.randperm(total_slots, generator=generator).to(torch.int32)
-    slots = order[:bs].clone()
-    slots[list(scenario.padded_rows)] = -1
-    track_slots = order[bs : 2 * bs].clone() if scenario.tracked else None
-    randomize_slots(pool, order, generator)
+    slots, track_slots = place_batch(pool, total_slots, bs, scenario.padded_rows, scenario.tracked, generator)
     weights = random_weights(model, generator)
     rows = torch.arange(1, bs + 1, dtype=torch.int64)  # req-pool rows (0 stays unused)
     pool.req_index_to_mamba_index_mapping[rows] = slots
