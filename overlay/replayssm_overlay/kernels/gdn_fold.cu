@@ -302,6 +302,11 @@ struct KShare {
   uint2 k[HELD];
 };
 
+// the step of round j of warp's share: warp + j NT, or the item's last where that is past it (a warp redoes
+// the last step rather than skip a round, so that no branch around the norm's shuffles depends on the warp)
+template <int NT>
+__device__ __forceinline__ int share_step(int warp, int j, int steps) { return min(warp + j * NT, steps - 1); }
+
 template <int NT, int HELD>
 __device__ __forceinline__ KShare<HELD> load_share(const FoldArgs& a, int i, int chunks, int warp) {
   const Item x = item_at(i, a, chunks);
@@ -311,25 +316,25 @@ __device__ __forceinline__ KShare<HELD> load_share(const FoldArgs& a, int i, int
   s.steps = min(accepted_of(a, x.row), a.RL);  // at least 1: next_item skips rows that fold nothing
 #pragma unroll
   for (int j = 0; j < HELD; ++j)
-    s.k[j] = __ldg(reinterpret_cast<const uint2*>(s.p + min(warp + j * NT, s.steps - 1) * K_DIM));
+    s.k[j] = __ldg(reinterpret_cast<const uint2*>(s.p + share_step<NT>(warp, j, s.steps) * K_DIM));
   return s;
 }
 
-// Round j normalizes step warp + j * NT of each warp; a warp whose step is past the item's last redoes the
-// last one (the same values into the same row), so that no branch depends on the warp.
-// The rest of a long window (past HELD rounds) is loaded here, 4 rounds at a time: the fold's registers are free.
+// Round j normalizes share_step(warp, j) of each warp while round j is within the item (a redone step writes
+// the same values into the same row). The rest of a long window (past HELD rounds) is loaded here, 4 rounds at
+// a time: the fold's registers are free.
 template <int NT, int HELD>
 __device__ __forceinline__ void normalize_share(const KShare<HELD>& s, float* knorm, int warp) {
 #pragma unroll
   for (int j = 0; j < HELD; ++j)
-    if (j * NT < s.steps) normalize_k(s.k[j], knorm + min(warp + j * NT, s.steps - 1) * K_DIM);
+    if (j * NT < s.steps) normalize_k(s.k[j], knorm + share_step<NT>(warp, j, s.steps) * K_DIM);
   for (int j0 = HELD; j0 * NT < s.steps; j0 += 4) {
     uint2 w[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = __ldg(reinterpret_cast<const uint2*>(s.p + min(warp + (j0 + j) * NT, s.steps - 1) * K_DIM));
+    for (int j = 0; j < 4; ++j) w[j] = __ldg(reinterpret_cast<const uint2*>(s.p + share_step<NT>(warp, j0 + j, s.steps) * K_DIM));
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      if ((j0 + j) * NT < s.steps) normalize_k(w[j], knorm + min(warp + (j0 + j) * NT, s.steps - 1) * K_DIM);
+      if ((j0 + j) * NT < s.steps) normalize_k(w[j], knorm + share_step<NT>(warp, j0 + j, s.steps) * K_DIM);
   }
 }
 
