@@ -201,8 +201,7 @@ class CudaKernels:
             slots, lens, track_slots, track_steps = runtime[7:11]
             packed.slots, packed.accept_lens = slots.data_ptr(), lens.data_ptr()
             packed.track_slots, packed.track_steps = track_slots.data_ptr(), track_steps.data_ptr()
-            packed.wide_indices = ((slots.dtype is int64) | (lens.dtype is int64) << 1 | (track_slots.dtype is int64) << 2
-                                   | (track_steps.dtype is int64) << 3)
+            packed.wide_indices = wide_indices(slots, lens, track_slots, track_steps, int64)
             rc = launch_kernel(function, programs, 1, 1, threads, 1, 1, shared, stream_of(device_index), params, None)
             if rc != 0:
                 _check(rc, "cuLaunchKernel")
@@ -216,8 +215,17 @@ def pack(args, batch: int) -> FoldArgs:
     pointers, ints = args[:len(_POINTERS)], args[len(_POINTERS):]
     if len(ints) != len(_INTS) - 3:
         raise ValueError(f"{len(args)} arguments, the commit kernel takes {len(_POINTERS) + len(_INTS) - 3}")
-    wide = sum(1 << j for j, t in enumerate(pointers[-_INDEX_VECTORS:]) if str(t.dtype) == "torch.int64")
+    import torch
+
+    wide = wide_indices(*pointers[-_INDEX_VECTORS:], torch.int64)
     return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch, wide)
+
+
+def wide_indices(slots, lens, track_slots, track_steps, int64) -> int:
+    """`FoldArgs.wide_indices` of these index vectors: bit j set where vector j's dtype is `int64` (torch's,
+    passed in: this module imports torch only where it runs). On every launch, so no loop."""
+    return ((slots.dtype is int64) | (lens.dtype is int64) << 1 | (track_slots.dtype is int64) << 2
+            | (track_steps.dtype is int64) << 3)
 
 
 def work_units(packed: FoldArgs, team: int, columns: int = COLUMNS) -> int:
