@@ -228,7 +228,7 @@ def timing_rows(quick):
     return rows
 
 
-def timing(choices, calls, quick):
+def time_commits(choices, calls, quick):
     for shape, L, HV, H, N, B, mode, track in timing_rows(quick):
         pool = Pool(L, HV, H, N, B)
         lens = pool.lens(mode, seed=N * 100 + B)
@@ -318,20 +318,20 @@ def breakdown(choices, v4_path):
         torch.cuda.empty_cache()
     pool = Pool(L, HV, H, N, 1)
     lens = pool.lens("all", 0)
-    plan = None
     hosts = {}
-    for kind, artifacts in choices:
-        if kind == "overlay-prebuilt":
-            use_choice(kind, artifacts)
-            plan = commit_plan.CommitPlan(pool.ss, 1, False, launch.PrebuiltKernels(artifacts))
-    probes = {"torch.empty(1) on the GPU": lambda i: torch.empty(1, device="cuda"),
-              "commit_plan.indices x2": lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0))}
-    if plan is not None:
-        probes["CommitPlan.run (prebuilt, raw launch)"] = lambda i: plan.run(pool.slots[i], lens)
-        probes["fold_accepted_prefix (prebuilt)"] = lambda i: entry_commit(pool.ss, pool.slots[i], lens)
-    for name, fn in probes.items():
+
+    def probe(name, fn):
         hosts[name] = round(timing.eager_us(fn, pool.sets, 200)[1], 1)
         log("host", name, hosts[name])
+
+    probe("torch.empty(1) on the GPU", lambda i: torch.empty(1, device="cuda"))
+    probe("commit_plan.indices x2", lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0)))
+    for kind, artifacts in choices:
+        if kind in ("overlay-prebuilt", "overlay-cuda"):
+            use_choice(kind, artifacts)
+            plan = commit_plan.CommitPlan(pool.ss, 1, False, fold.kernel_source(artifacts))
+            probe(f"CommitPlan.run ({kind})", lambda i: plan.run(pool.slots[i], lens))
+            probe(f"fold_accepted_prefix ({kind})", lambda i: entry_commit(pool.ss, pool.slots[i], lens))
     RESULTS["host_breakdown"] = hosts
     save()
 
@@ -401,7 +401,7 @@ def main():
             ok = False
             log(traceback.format_exc())
         log(f"exactness done in {time.time() - t0:.0f} s")
-    for part in (lambda: breakdown(choices, args.v4), lambda: timing(choices, args.calls, args.quick)):
+    for part in (lambda: breakdown(choices, args.v4), lambda: time_commits(choices, args.calls, args.quick)):
         try:
             part()
         except Exception:

@@ -250,7 +250,7 @@ class FoldPool:
                 is_kda=False, disable_state_update=True, **kw)
 
 
-def timing(ring, fsg, fold, scatter, *, batch, path):
+def time_ring(ring, fsg, fold, scatter, *, batch, path):
     """One path's per-verify-step cost at T=16 and batch `batch` (ring at L=16 and L=64, fold, snapshot)."""
     N, sets = 16, 2
     lens = torch.randint(1, N + 1, (batch,), generator=torch.Generator().manual_seed(batch), dtype=torch.int32).to(DEVICE)
@@ -332,7 +332,7 @@ def main():
         diagnose(ring, args.diagnose)
         return 0
     if args.batch:
-        timing(ring, fsg, fold, scatter, batch=args.batch, path=args.path)
+        time_ring(ring, fsg, fold, scatter, batch=args.batch, path=args.path)
         return 0
     ok = True
     for ring_len, layers in ((16, 2), (64, 2)):

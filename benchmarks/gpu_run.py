@@ -165,7 +165,7 @@ class Pool:
                 cu_seqlens=self.cu, use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True, **kw)
 
 
-def timing(ceiling: float, quick: bool):
+def time_folds(ceiling: float, quick: bool):
     mod = sglang_module("fla.gdn_replayssm_spec_fold")
     scatter = sglang_module("mamba.mamba_state_scatter_triton").fused_mamba_state_scatter_with_mask
     L, HV, K, V = TARGET["L"], TARGET["HV"], TARGET["K"], TARGET["V"]
@@ -268,7 +268,7 @@ def main():
             ok = False
             log(traceback.format_exc())
         log(f"exactness done in {time.time() - t0:.0f} s: {'ALL BITWISE' if ok else 'FAILURES'}")
-    for part in (variants, lambda c: timing(c, args.quick)):
+    for part in (variants, lambda c: time_folds(c, args.quick)):
         try:
             part(ceiling)
         except Exception:
