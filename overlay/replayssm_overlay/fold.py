@@ -165,22 +165,28 @@ def recorded_fallbacks() -> list:
 
 def _plan(key, spec_state, batch, has_track, kernels):
     """The plan for `key`, made and cached on first use; a _Refusal if the overlay does not cover it."""
-    from replayssm_overlay.kernels import commit_plan, conv_rollback, gdn_fold, loader
+    from replayssm_overlay.kernels import commit_plan
 
-    refusals = (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused)
     with _lock:
         plan = _plans.get(key)
         if plan is not None and plan.matches(spec_state):
             return plan
         try:
             plan = commit_plan.CommitPlan(spec_state, batch, has_track, kernel_source(kernels))
-        except refusals as err:  # raised before anything was launched
+        except _refusals() as err:  # raised before anything was launched
             plan = _Refusal(_shape_key(spec_state, batch, has_track), spec_state)
             plan.reason = str(err)
         if len(_plans) >= MAX_PLANS:
             _plans.pop(next(iter(_plans)))
         _plans[key] = plan
         return plan
+
+
+def _refusals() -> tuple:
+    """The errors a plan or a run raises before anything is launched: the overlay does not cover that call."""
+    from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
+
+    return gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused
 
 
 def _shape_key(spec_state, batch, has_track) -> str:
@@ -210,7 +216,7 @@ def fold_accepted_prefix(
     kind, _reason, kernels = chosen()
     has_track = not (mamba_track_indices is None or mamba_steps_to_track is None)
     if kind != "sglang":
-        batch = len(state_batch_indices)
+        batch = state_batch_indices.numel()  # 1-D (else refused by the run); len() costs 1 us more
         if batch == 0:
             return
         key = (id(spec_state), batch, has_track)
@@ -223,8 +229,13 @@ def fold_accepted_prefix(
         elif isinstance(plan, _Refusal):
             _note_fallback(plan.shape, plan.reason)
         else:
-            plan.run(state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track)
-            return
+            try:
+                plan.run(state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track)
+                return
+            except Exception as err:  # an index tensor the launch cannot take (not 1-D): refused before it
+                if not isinstance(err, _refusals()):
+                    raise
+                _note_fallback(_shape_key(spec_state, batch, has_track), str(err))
     _sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
                    mamba_steps_to_track, null_block_id)
 

@@ -74,14 +74,3 @@ def test_index_tensors_are_used_as_given_or_copied_once_aligned():
         copy = commit_plan.indices(odd, -1)
         assert copy.dtype == torch.int32 and copy.is_contiguous() and copy.data_ptr() % 16 == 0
         assert torch.equal(copy, odd.to(torch.int32))
-
-
-def test_the_cuda_kernel_takes_int32_and_int64_index_tensors_as_given():
-    """What the CUDA kernel reads (`indices_as_given`): any element-aligned int32 or int64 vector; still a copy
-    for a strided view or another dtype."""
-    given = torch.arange(6, dtype=torch.int32)
-    for usable in (given, given[1:5], given.long(), given.long()[3:]):
-        assert commit_plan.indices(usable, -1, as_given=True) is usable
-    for odd in (given[::2], given.to(torch.int16)):
-        copy = commit_plan.indices(odd, -1, as_given=True)
-        assert copy.dtype == torch.int32 and copy.is_contiguous() and torch.equal(copy, odd.to(torch.int32))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmarks.fold_cases import decode_reference, make_case
-from replayssm_overlay.kernels import cuda_fold, gdn_fold, nvrtc
+from replayssm_overlay.kernels import commit_plan, cuda_fold, gdn_fold, nvrtc
 
 BUDGET_REGISTERS = {False: 128, True: 168}  # with a track slot: 16 or 12 warps per SM (MIN_BLOCKS[_TRACK])
 SOURCE = nvrtc.SOURCE.read_text()
@@ -83,6 +83,25 @@ def test_pack_puts_each_runtime_argument_in_its_field():
     assert wide.wide_indices == 0b1010  # the accept lengths, given twice (as the track steps of a plan without track)
     with pytest.raises(ValueError, match="arguments"):
         cuda_fold.pack(args[:-1], batch=2)
+
+
+def test_a_commit_reads_element_aligned_int32_and_int64_vectors_as_given_and_copies_the_rest():
+    """What the launch's `commit` hands the kernel (`given_index`): the address of any 1-D, contiguous,
+    element-aligned int32 or int64 vector and whether it is int64; an int32 copy of a strided view or another
+    dtype; FoldShapeNotSupported, before any launch, for a vector that is not 1-D."""
+    def given(t):
+        return cuda_fold.given_index(t, -1, torch.int32, torch.int64, commit_plan.indices)
+
+    base = torch.arange(6, dtype=torch.int32)
+    for usable, wide in ((base, 0), (base[1:5], 0), (base.long(), 1), (base.long()[3:], 1)):
+        address, bit, tensor = given(usable)
+        assert (address, bit, tensor) == (usable.data_ptr(), wide, usable)
+    for odd in (base[::2], base.to(torch.int16), base.long()[::2]):
+        address, bit, copy = given(odd)
+        assert bit == 0 and copy.dtype == torch.int32 and copy.is_contiguous() and address == copy.data_ptr()
+        assert torch.equal(copy, odd.to(torch.int32))
+    with pytest.raises(gdn_fold.FoldShapeNotSupported, match="1-D"):
+        given(base.view(2, 3))
 
 
 @pytest.mark.parametrize("what", ["V", "window", "misaligned rawk"])

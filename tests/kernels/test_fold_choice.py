@@ -136,6 +136,20 @@ def test_a_plan_is_made_once_per_pool_and_batch_size(monkeypatch):
     assert made == [(2, False), (1, False)] and not fold.fallbacks()
 
 
+def test_an_index_tensor_no_launch_takes_runs_sglangs_commit_for_that_call(monkeypatch):
+    """A slot vector that is not 1-D is refused by the run before anything is launched (never a crash, never a
+    launch on a misread vector): SGLang's commit gets that call, and it is listed."""
+    calls = _sglang_recorder(monkeypatch)
+    monkeypatch.setenv(fold.ENV_FOLD, "overlay")
+    case = make_case(L=1, HV=2, H=2, K=128, V=16, N=2, slots=[1, 0], accept_lens=[2, 1], num_slots=3, seed=3)
+    ss = _spec_state(case)
+    before = case.temporal.clone()
+    fold.fold_accepted_prefix(spec_state=ss, state_batch_indices=case.slots.view(2, 1), accept_lens=case.accept_lens)
+    assert len(calls) == 1 and torch.equal(case.temporal, before)
+    (entry,) = fold.describe()["fallbacks"]
+    assert entry["calls"] == 1 and "need 1-D" in entry["reason"]
+
+
 def test_sglang_choice_runs_sglang_s_commit(monkeypatch):
     calls = _sglang_recorder(monkeypatch)
     monkeypatch.setenv(fold.ENV_FOLD, "sglang")

@@ -9,9 +9,10 @@ before anything is launched), computes every integer argument, and prepares the 
 (`launch.PrebuiltKernels` or `launch.JitKernels`). `CommitPlan.run` then launches the commit's one
 kernel (fold, conv rollback and track slot: `gdn_fold.gdn_replayssm_fold_kernel`), with index tensors
 that are what the prepared launch assumes, else copied for that call by `indices`: 1-D, contiguous, on the
-pool's device, and int32 16-byte aligned for the Triton kernel's binaries (their specialization), int32
-or int64 for the CUDA kernel (`indices_as_given` of its launch source). The plan holds the pool object, so the id it is cached
-under stays unique while cached. Pools with other than one conv state are refused (GDN pools have one).
+pool's device, and int32 16-byte aligned for the Triton kernel's binaries (their specialization). The CUDA
+kernel's launch (`cuda_fold`, a `commit` attribute on the prepared launch) takes the index tensors
+themselves, int32 or int64, and checks them in the same pass that reads their addresses. The plan holds
+the pool object, so the id it is cached under stays unique while cached. Pools with other than one conv state are refused (GDN pools have one).
 """
 
 from __future__ import annotations
@@ -21,18 +22,14 @@ import torch
 from replayssm_overlay.kernels import conv_rollback, gdn_fold
 
 FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES)
-_INT32, _INT64 = torch.int32, torch.int64
+_INT32 = torch.int32
 
 
-def indices(tensor, device_index: int, as_given: bool = False):
-    """`tensor` if the prepared launch can read it as is, else an int32 contiguous copy (fresh, so aligned).
-    As is: int32, 16-byte aligned; with `as_given`, int32 or int64, element-aligned."""
-    dtype = tensor.dtype
-    if as_given:
-        usable = (dtype is _INT32 or dtype is _INT64) and not tensor.data_ptr() % tensor.element_size()
-    else:
-        usable = dtype is _INT32 and not tensor.data_ptr() & 15
-    if usable and tensor.ndim == 1 and tensor.is_contiguous() and tensor.get_device() == device_index:
+def indices(tensor, device_index: int):
+    """`tensor` if the prepared launch can read it as is (int32, 1-D, contiguous, 16-byte aligned, on the
+    device), else an int32 contiguous copy (fresh, so aligned); FoldShapeNotSupported if it is not 1-D."""
+    if (tensor.dtype is _INT32 and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
+            and tensor.get_device() == device_index):
         return tensor
     if tensor.ndim != 1:
         raise gdn_fold.FoldShapeNotSupported(f"index tensor of shape {tuple(tensor.shape)} (need 1-D)")
@@ -52,7 +49,6 @@ class CommitPlan:
                 spec_state.replayssm_beta)
         self._pool = pool
         self.device_index = state.get_device()
-        self._as_given = getattr(kernels, "indices_as_given", False)
         fold_ints = gdn_fold.runtime_args(*pool)
         self.shape = describe_pool(spec_state)
         if len(spec_state.conv) != 1 or len(spec_state.intermediate_conv_window) != 1:
@@ -66,6 +62,7 @@ class CommitPlan:
         self._fold = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
                                      (*self._head, example, example, example, example, *self._ints), constexprs,
                                      FOLD_OPTIONS, self.device_index)
+        self._commit = getattr(self._fold, "commit", None)  # the CUDA kernel's: index tensors only
 
     def matches(self, spec_state) -> bool:
         """Still the pool this plan was made for (same tensor objects)."""
@@ -74,12 +71,17 @@ class CommitPlan:
                 and spec_state.replayssm_beta is self._pool[4])
 
     def run(self, slots, accept_lens, track_slots=None, track_steps=None) -> None:
-        """Fold and roll back: one launch. Index tensors of another dtype, layout or alignment are copied."""
-        device, as_given = self.device_index, self._as_given
-        slots, accept_lens = indices(slots, device, as_given), indices(accept_lens, device, as_given)
+        """Fold and roll back: one launch. Index tensors the launch cannot read as given are copied;
+        FoldShapeNotSupported (before anything is launched) for one that is not 1-D."""
+        if self._commit is not None:
+            if self.has_track:
+                return self._commit(slots, accept_lens, track_slots, track_steps)
+            return self._commit(slots, accept_lens)
+        device = self.device_index
+        slots, accept_lens = indices(slots, device), indices(accept_lens, device)
         if self.has_track:
-            self._fold(*self._head, slots, accept_lens, indices(track_slots, device, as_given),
-                       indices(track_steps, device, as_given), *self._ints)
+            self._fold(*self._head, slots, accept_lens, indices(track_slots, device), indices(track_steps, device),
+                       *self._ints)
         else:
             self._fold(*self._head, slots, accept_lens, slots, accept_lens, *self._ints)
 

@@ -3,9 +3,10 @@ call per commit.
 
 Why a launcher of our own: the kernel takes the Triton commit kernel's runtime arguments as one struct
 (`FoldArgs`), so a `commit_plan.CommitPlan` fills it once per (pool, batch size, track choice) and a
-commit only writes the four index-tensor pointers (and which of them are int64) into it and calls
-`cuLaunchKernel` through ctypes on the current stream: no argument binding, no Python binding of CUDA,
-nothing allocated. The kernel reads int32 and int64 index vectors as given (`indices_as_given`): the
+commit (`CudaKernels.prepare`'s `launch.commit`) only checks the four index tensors, writes their pointers
+(and which of them are int64) into it and calls `cuLaunchKernel` through ctypes on the current stream,
+with the launch's other arguments built once as ctypes values: no argument binding, no Python binding of
+CUDA, nothing allocated. The kernel reads int32 and int64 index vectors as given (`given_index`): the
 server's track slots are int64, and a copy to int32 would cost a launch of its own on every commit.
 CUDA-graph capture records the launch like any other on that stream.
 A block is a team of warps (the cubin's `gdn_fold_team`) that fold one value head's column blocks and share
@@ -60,11 +61,7 @@ def driver() -> ctypes.CDLL:
     global _driver
     with _driver_lock:
         if _driver is None:
-            lib = ctypes.CDLL("libcuda.so.1")
-            lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6 + [ctypes.c_uint, ctypes.c_void_p,
-                                                                                  ctypes.c_void_p, ctypes.c_void_p]
-            lib.cuLaunchKernel.restype = ctypes.c_int
-            _driver = lib
+            _driver = ctypes.CDLL("libcuda.so.1")
     return _driver
 
 
@@ -159,7 +156,6 @@ class CudaKernels:
 
     kind = "overlay-cuda"
     tree_numpy = False
-    indices_as_given = True  # int32 or int64, element-aligned (commit_plan.indices)
 
     def __init__(self, cubin: bytes, origin: str, columns: int = COLUMNS):
         self.cubin, self.origin, self.columns = cubin, origin, columns  # columns: of this binary's layout
@@ -178,8 +174,6 @@ class CudaKernels:
         """One commit's launch for the Triton kernel's runtime arguments `args` (the plan's pool tensors and
         example index tensors), on `grid`'s batch size; FoldShapeNotSupported before anything is loaded
         where the kernel does not cover the pool."""
-        import torch
-
         if fn is not gdn_fold.gdn_replayssm_fold_kernel:
             raise gdn_fold.FoldShapeNotSupported(f"no CUDA kernel for {getattr(fn, '__name__', fn)}")
         _covers(args, self.columns)
@@ -189,25 +183,65 @@ class CudaKernels:
         if args[0].shape[3] % (self.columns * team):
             raise gdn_fold.FoldShapeNotSupported(f"V={args[0].shape[3]} (need a multiple of {self.columns * team}: "
                                                  f"{team} warps of {self.columns} columns) for the CUDA kernel")
-        function = fold.functions[key]
         packed = pack(args, grid[1])
         shared = smem_bytes(packed.RL, team, self.columns)
         programs = max(1, min(fold.programs(key, shared), work_units(packed, team, self.columns)))
-        threads = 32 * team
-        params = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
-        launch_kernel, stream_of, int64 = driver().cuLaunchKernel, torch._C._cuda_getCurrentRawStream, torch.int64
+        return _launcher(fold, fold.functions[key], programs, 32 * team, shared, packed, device_index)
 
-        def launch(*runtime):
-            slots, lens, track_slots, track_steps = runtime[7:11]
-            packed.slots, packed.accept_lens = slots.data_ptr(), lens.data_ptr()
-            packed.track_slots, packed.track_steps = track_slots.data_ptr(), track_steps.data_ptr()
-            packed.wide_indices = wide_indices(slots, lens, track_slots, track_steps, int64)
-            rc = launch_kernel(function, programs, 1, 1, threads, 1, 1, shared, stream_of(device_index), params, None)
-            if rc != 0:
-                _check(rc, "cuLaunchKernel")
 
-        launch.keep = (packed, params, fold)  # the struct and the module live as long as the launch
-        return launch
+def _launcher(fold, function, programs: int, threads: int, shared: int, packed, device_index: int):
+    """The prepared launch: `launch.commit(slots, lens, track_slots, track_steps)` per commit (None track
+    vectors: the kernel without a track slot ignores them), `launch(*runtime)` with the Triton kernel's runtime
+    arguments (tests and benchmarks). Every argument of cuLaunchKernel but the stream is a ctypes value made
+    here, so a call converts nothing (about 1 us less than argtypes on each launch)."""
+    import torch
+
+    from replayssm_overlay.kernels.commit_plan import indices
+
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
+    stream = ctypes.c_void_p()
+    head = (function, ctypes.c_uint(programs), ctypes.c_uint(1), ctypes.c_uint(1),
+            ctypes.c_uint(threads), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(shared), stream, params, None)
+    launch_kernel, stream_of, int32, int64 = driver()["cuLaunchKernel"], torch._C._cuda_getCurrentRawStream, \
+        torch.int32, torch.int64
+
+    def commit(slots, lens, track_slots=None, track_steps=None):
+        slots_at, wide, slots = given_index(slots, device_index, int32, int64, indices)
+        lens_at, wide_lens, lens = given_index(lens, device_index, int32, int64, indices)
+        wide |= wide_lens << 1
+        if track_slots is None:
+            track_at, steps_at, wide = slots_at, lens_at, wide | wide << 2
+        else:
+            track_at, wide_track, track_slots = given_index(track_slots, device_index, int32, int64, indices)
+            steps_at, wide_steps, track_steps = given_index(track_steps, device_index, int32, int64, indices)
+            wide |= wide_track << 2 | wide_steps << 3
+        packed.slots, packed.accept_lens, packed.track_slots, packed.track_steps = slots_at, lens_at, track_at, steps_at
+        packed.wide_indices = wide
+        stream.value = stream_of(device_index)
+        rc = launch_kernel(*head)  # the index tensors (or their copies) are alive until the launch is queued
+        if rc != 0:
+            _check(rc, "cuLaunchKernel")
+
+    def launch(*runtime):
+        commit(*runtime[7:11])
+
+    launch.commit = commit
+    launch.keep = (packed, params, fold)  # the struct and the module live as long as the launch
+    return launch
+
+
+def given_index(tensor, device_index: int, int32, int64, copy) -> tuple:
+    """(address, 1 if int64 else 0, tensor) of an index vector the kernel reads as given: int32 or int64,
+    1-D, contiguous, element-aligned, on the pool's device; else of its int32 copy made by `copy`
+    (`commit_plan.indices`, which raises FoldShapeNotSupported for a vector that is not 1-D). torch's dtypes
+    are passed in: this module imports torch only where it runs."""
+    dtype, address = tensor.dtype, tensor.data_ptr()
+    wide = 1 if dtype is int64 else 0 if dtype is int32 else -1
+    if (wide >= 0 and not address & (3 | wide << 2) and tensor.ndim == 1 and tensor.is_contiguous()
+            and tensor.get_device() == device_index):
+        return address, wide, tensor
+    tensor = copy(tensor, device_index)
+    return tensor.data_ptr(), 0, tensor
 
 
 def pack(args, batch: int) -> FoldArgs:
@@ -217,15 +251,8 @@ def pack(args, batch: int) -> FoldArgs:
         raise ValueError(f"{len(args)} arguments, the commit kernel takes {len(_POINTERS) + len(_INTS) - 3}")
     import torch
 
-    wide = wide_indices(*pointers[-_INDEX_VECTORS:], torch.int64)
+    wide = sum(1 << j for j, t in enumerate(pointers[-_INDEX_VECTORS:]) if t.dtype is torch.int64)
     return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch, wide)
-
-
-def wide_indices(slots, lens, track_slots, track_steps, int64) -> int:
-    """`FoldArgs.wide_indices` of these index vectors: bit j set where vector j's dtype is `int64` (torch's,
-    passed in: this module imports torch only where it runs). On every launch, so no loop."""
-    return ((slots.dtype is int64) | (lens.dtype is int64) << 1 | (track_slots.dtype is int64) << 2
-            | (track_steps.dtype is int64) << 3)
 
 
 def work_units(packed: FoldArgs, team: int, columns: int = COLUMNS) -> int:
