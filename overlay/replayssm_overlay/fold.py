@@ -183,10 +183,12 @@ def _plan(key, spec_state, batch, has_track, kernels):
 
 
 def _refusals() -> tuple:
-    """The errors a plan or a run raises before anything is launched: the overlay does not cover that call."""
-    from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
+    """The errors a plan or a run raises before anything ran on the GPU: the overlay does not cover that call
+    (a CUDA driver call of the CUDA kernel's plan or launch that failed launched nothing either)."""
+    from replayssm_overlay.kernels import conv_rollback, cuda_fold, gdn_fold, loader
 
-    return gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused
+    return (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused,
+            cuda_fold.CudaError)
 
 
 def _shape_key(spec_state, batch, has_track) -> str:
@@ -232,7 +234,7 @@ def fold_accepted_prefix(
             try:
                 plan.run(state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track)
                 return
-            except Exception as err:  # an index tensor the launch cannot take (not 1-D): refused before it
+            except Exception as err:  # an index tensor it cannot take (not 1-D), a launch the driver refused
                 if not isinstance(err, _refusals()):
                     raise
                 _note_fallback(_shape_key(spec_state, batch, has_track), str(err))

@@ -178,7 +178,8 @@ def test_gpu_bitwise_equals_decode(track, indices):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 def test_gpu_the_host_reads_the_team_from_the_cubin_and_refuses_narrower_pools():
     """The warps per block come from the cubin (`gdn_fold_team`), and a V that is a multiple of an item's
-    columns but not of a team's is refused after loading, before anything is launched."""
+    columns but not of a team's is refused after loading, before anything is launched; so is a block that
+    fits no SM (more shared memory than the device has), where its launch would fail."""
     define = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (\w+) (\d+)", SOURCE)}
     cubin, _ = nvrtc.build_fold()
     kernels = cuda_fold.CudaKernels(cubin, "nvrtc")
@@ -192,3 +193,5 @@ def test_gpu_the_host_reads_the_team_from_the_cubin_and_refuses_narrower_pools()
                         _fold_args(state, rawv, rawk, g, beta, slots, lens), gdn_fold.fold_constexprs(False, False), {},
                         device)
     assert torch.equal(state, before)
+    with pytest.raises((gdn_fold.FoldShapeNotSupported, cuda_fold.CudaError)):
+        kernels.loaded(device).programs((2, False), 1 << 20)  # 1 MiB of shared memory per block

@@ -111,14 +111,18 @@ class LoadedFold:
                 _check(lib.cuCtxPopCurrent_v2(ctypes.byref(ctx)), "cuCtxPopCurrent")
 
     def programs(self, key, shared: int) -> int:
-        """Blocks that fit on the device at once (the persistent grid) for one entry point and shared memory size."""
+        """Blocks that fit on the device at once (the persistent grid) for one entry point and shared memory
+        size; FoldShapeNotSupported where none fits (its launch would fail), when the plan is made."""
         found = self._per_sm.get((key, shared))
         if found is None:
             per_sm = ctypes.c_int()
             _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), self.functions[key],
                                                                          32 * self.team[key[1]], ctypes.c_size_t(shared)),
                    "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            found = self._per_sm[(key, shared)] = max(1, per_sm.value) * self._sms
+            if per_sm.value < 1:
+                raise gdn_fold.FoldShapeNotSupported(f"no block of {self.team[key[1]]} warps with {shared} bytes of shared"
+                                                     " memory fits an SM of this device")
+            found = self._per_sm[(key, shared)] = per_sm.value * self._sms
         return found
 
 
