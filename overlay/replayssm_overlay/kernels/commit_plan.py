@@ -12,7 +12,8 @@ that are what the prepared launch assumes, else copied for that call by `indices
 pool's device, and int32 16-byte aligned for the Triton kernel's binaries (their specialization). The CUDA
 kernel's launch (`cuda_fold`, a `commit` attribute on the prepared launch) takes the index tensors
 themselves, int32 or int64, and checks them in the same pass that reads their addresses. The plan holds
-the pool object, so the id it is cached under stays unique while cached. Pools with other than one conv state are refused (GDN pools have one).
+the pool object, so the id it is cached under stays unique while cached. Pools with other than one conv
+state are refused (GDN pools have one).
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ class CudaKernels:
                                                  f"{team} warps of {self.columns} columns) for the CUDA kernel")
         packed = pack(args, grid[1])
         shared = smem_bytes(packed.RL, team, self.columns)
-        programs = max(1, min(fold.programs(key, shared), work_units(packed, team, self.columns)))
+        programs = min(fold.programs(key, shared), work_units(packed, team, self.columns))  # both >= 1
         return _launcher(fold, fold.functions[key], programs, 32 * team, shared, packed, device_index)
 
 
