@@ -154,29 +154,61 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
   }
 }
 
-// ---- work items
-struct Item {
-  int layer, row, hv, chunk;  // chunk: the team's TEAM column blocks (warp w folds block chunk * TEAM + w)
+// ---- work items: team item i is (layer, row, k head, value head of the k head, chunk) in the mixed radix
+// (batch, H, GROUP, chunks), and a block walks i, i + P, ... adding P's digits with carries: no division per
+// item (a division by a runtime value is ~25 instructions; before, a block did about ten per item)
+struct Radix {
+  int chunks, group, heads, batch;  // the team's column chunks per value head, value heads per k head, H, B
 };
 
-__device__ __forceinline__ Item item_at(int i, const FoldArgs& a, int chunks) {
-  Item it;
-  it.chunk = i % chunks;
-  i /= chunks;
-  it.hv = i % a.HV;
-  i /= a.HV;
-  it.row = i % a.batch;
-  it.layer = i / a.batch;
-  return it;
+struct Item {
+  int i;                           // the team item (>= total: none)
+  int chunk, hg, kh, row, layer;   // chunk: the team's TEAM column blocks (warp w folds block chunk * TEAM + w)
+  int hv;                          // kh GROUP + hg
+  int slot, accepted;              // the row's, read by next_item
+};
+
+__device__ __forceinline__ Item item_at(int i, const Radix& r) {
+  Item x;
+  x.i = i;
+  x.chunk = i % r.chunks;
+  i /= r.chunks;
+  x.hg = i % r.group;
+  i /= r.group;
+  x.kh = i % r.heads;
+  i /= r.heads;
+  x.row = i % r.batch;
+  x.layer = i / r.batch;
+  x.hv = x.kh * r.group + x.hg;
+  x.slot = x.accepted = 0;
+  return x;
 }
 
-// the first fold item at or after i (stepping by P) whose row folds anything
-__device__ __forceinline__ int next_item(int i, int P, int total, const FoldArgs& a, int per_row) {
-  for (; i < total; i += P) {
-    int row = (i / per_row) % a.batch;
-    if (slot_of(a, row) >= 0 && accepted_of(a, row) > 0) return i;
+// one digit of x + step: the digits of both are below the radix, so the sum carries at most one
+__device__ __forceinline__ int add_digit(int& digit, int step, int carry, int radix) {
+  digit += step + carry;
+  carry = digit >= radix;
+  digit -= carry ? radix : 0;
+  return carry;
+}
+
+__device__ __forceinline__ void advance(Item& x, const Item& step, const Radix& r) {
+  x.i += step.i;
+  int carry = add_digit(x.chunk, step.chunk, 0, r.chunks);
+  carry = add_digit(x.hg, step.hg, carry, r.group);
+  carry = add_digit(x.kh, step.kh, carry, r.heads);
+  carry = add_digit(x.row, step.row, carry, r.batch);
+  x.layer += step.layer + carry;
+  x.hv = x.kh * r.group + x.hg;
+}
+
+// x, or the first item after it (stepping by `step`) whose row folds anything; x.i >= total where none is
+__device__ __forceinline__ void next_item(Item& x, const Item& step, int total, const FoldArgs& a, const Radix& r) {
+  for (; x.i < total; advance(x, step, r)) {
+    x.slot = slot_of(a, x.row);
+    x.accepted = accepted_of(a, x.row);
+    if (x.slot >= 0 && x.accepted > 0) return;
   }
-  return total;
 }
 
 __device__ __forceinline__ long long tile_offset(const FoldArgs& a, int layer, int hv, long long slot, int block) {
@@ -262,14 +294,12 @@ __device__ __forceinline__ Smem carve(unsigned char* base, int warp, int team, i
 __device__ __forceinline__ void stage_tile(const FoldArgs& a, const Smem& m, const Item& x, int block) {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // after this warp's reads of the tile
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(m.bar), "r"(TILE_FLOATS * 4) : "memory");
-  bulk_copy(smem_addr(m.tile), a.state + tile_offset(a, x.layer, x.hv, slot_of(a, x.row), block), TILE_FLOATS * 4,
-            m.bar);
+  bulk_copy(smem_addr(m.tile), a.state + tile_offset(a, x.layer, x.hv, x.slot, block), TILE_FLOATS * 4, m.bar);
 }
 
-// lane 0: the same for this warp's column block of team item i
+// lane 0: the same for this warp's column block of team item x
 template <int NT>
-__device__ __forceinline__ void stage_item(const FoldArgs& a, const Smem& m, int i, int chunks) {
-  const Item x = item_at(i, a, chunks);
+__device__ __forceinline__ void stage_item(const FoldArgs& a, const Smem& m, const Item& x) {
   stage_tile(a, m, x, x.chunk * NT + (int)(threadIdx.x >> 5));
 }
 
@@ -308,12 +338,11 @@ template <int NT>
 __device__ __forceinline__ int share_step(int warp, int j, int steps) { return min(warp + j * NT, steps - 1); }
 
 template <int NT, int HELD>
-__device__ __forceinline__ KShare<HELD> load_share(const FoldArgs& a, int i, int chunks, int warp) {
-  const Item x = item_at(i, a, chunks);
+__device__ __forceinline__ KShare<HELD> load_share(const FoldArgs& a, const Item& x, int warp) {
   KShare<HELD> s;
-  s.p = a.rawk + ((long long)x.layer * a.rawk_layer_rows + (long long)slot_of(a, x.row) * a.rawk_slot_rows +
-                  (long long)(x.hv / a.GROUP) * a.RL) * K_DIM + 4 * (threadIdx.x & 31);
-  s.steps = min(accepted_of(a, x.row), a.RL);  // at least 1: next_item skips rows that fold nothing
+  s.p = a.rawk + ((long long)x.layer * a.rawk_layer_rows + (long long)x.slot * a.rawk_slot_rows +
+                  (long long)x.kh * a.RL) * K_DIM + 4 * (threadIdx.x & 31);
+  s.steps = min(x.accepted, a.RL);  // at least 1: next_item skips rows that fold nothing
 #pragma unroll
   for (int j = 0; j < HELD; ++j)
     s.k[j] = __ldg(reinterpret_cast<const uint2*>(s.p + share_step<NT>(warp, j, s.steps) * K_DIM));
@@ -366,10 +395,10 @@ __device__ __forceinline__ VRaw load_v(const unsigned short* p) {
 // the track slot's).
 template <bool HAS_TRACK, int NT>
 __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, const Item& x, int block, unsigned kw,
-                                          unsigned& parity, int next, int chunks) {
+                                          unsigned& parity, const Item& next, bool has_next) {
   const int lane = threadIdx.x & 31, pair = lane >> LANE_A_BITS, asub = lane & (NA - 1);
-  const long long slot = slot_of(a, x.row);
-  const int n_commit = min(accepted_of(a, x.row), a.RL);
+  const long long slot = x.slot;
+  const int n_commit = min(x.accepted, a.RL);
   const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
                                         (long long)x.hv * a.RL) * a.V + block * COLS + CQ * pair;
   const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL;
@@ -396,7 +425,7 @@ __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, con
 #pragma unroll
     for (int m = 0; m < MG; ++m) h[q][m] = lds4(smem_addr(sm.tile + (CQ * pair + q) * K_DIM + 4 * (m * NA + asub)));
   __syncwarp();
-  if (lane == 0 && next >= 0) stage_item<NT>(a, sm, next, chunks);  // into the tile just read
+  if (lane == 0 && has_next) stage_item<NT>(a, sm, next);  // into the tile just read
   float decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, 0));  // each step's, one step early
 
 #pragma unroll STEP_UNROLL
@@ -471,29 +500,33 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const Smem sm = carve(smem_base, warp, NT, a.RL);
   const int P = gridDim.x;
-  const int chunks = a.V / (COLS * NT), per_row = a.HV * chunks;  // the host checks V % (COLS * NT) == 0
-  const int total = a.layers * a.batch * per_row;
+  const Radix r = {a.V / (COLS * NT), a.GROUP, a.HV / a.GROUP, a.batch};  // the host checks V % (COLS * NT) == 0
+  const int total = a.layers * a.batch * a.HV * r.chunks;
+  const Item step = item_at(P, r);
   const unsigned k_lane = smem_addr(sm.knorm) + 16 * (lane & (NA - 1));
   if (lane == 0) mbar_init(sm.bar);
   __syncwarp();
 
-  int it = next_item(blockIdx.x, P, total, a, per_row);
-  if (lane == 0 && it < total) stage_item<NT>(a, sm, it, chunks);
+  Item it = item_at(blockIdx.x, r);
+  next_item(it, step, total, a, r);
+  if (lane == 0 && it.i < total) stage_item<NT>(a, sm, it);
   conv_units<E, HAS_TRACK>(a, blockIdx.x * NT + warp, P * NT);  // while the first tiles are in flight
   constexpr int HELD = HAS_TRACK ? SHARE_HELD_TRACK : SHARE_HELD;
-  if (it < total) normalize_share<NT, HELD>(load_share<NT, HELD>(a, it, chunks, warp), sm.knorm, warp);
+  if (it.i < total) normalize_share<NT, HELD>(load_share<NT, HELD>(a, it, warp), sm.knorm, warp);
 
   unsigned parity = 0;
   int buf = 0;
-  while (it < total) {
+  while (it.i < total) {
     __syncthreads();  // buffer buf holds this item's normalized window; no warp reads buffer buf ^ 1 any more
-    const Item x = item_at(it, a, chunks);
-    const int next = next_item(it + P, P, total, a, per_row);
+    Item next = it;
+    advance(next, step, r);
+    next_item(next, step, total, a, r);
+    const bool has_next = next.i < total;
     KShare<HELD> share;
-    if (next < total) share = load_share<NT, HELD>(a, next, chunks, warp);  // in flight while this item folds
-    fold_item<HAS_TRACK, NT>(a, sm, x, x.chunk * NT + warp, k_lane + buf * (a.RL * K_DIM * 4), parity,
-                             next < total ? next : -1, chunks);
-    if (next < total) normalize_share<NT, HELD>(share, sm.knorm + (buf ^ 1) * a.RL * K_DIM, warp);
+    if (has_next) share = load_share<NT, HELD>(a, next, warp);  // in flight while this item folds
+    fold_item<HAS_TRACK, NT>(a, sm, it, it.chunk * NT + warp, k_lane + buf * (a.RL * K_DIM * 4), parity, next,
+                             has_next);
+    if (has_next) normalize_share<NT, HELD>(share, sm.knorm + (buf ^ 1) * a.RL * K_DIM, warp);
     buf ^= 1;
     it = next;
   }
