@@ -13,7 +13,9 @@
 //     shared memory, the next item's while this one folds, and read back broadcast; the raw v of the next
 //     PREFETCH steps is in flight while a step computes (the step loop is unrolled so that the queue of
 //     loads is never moved between registers);
-//   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit).
+//   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit);
+//   - a block walks its items with a mixed-radix cursor (no division per item), and prefetches the next
+//     item's gates and raw v rows into L2 while it folds the current one.
 // Every fp32 operation is the PTX instruction the decode kernel's Triton compile has (mul.rn, add.rn,
 // sub.rn, fma.rn, ex2.approx, sqrt.approx.ftz, div.full), in its association, so ptxas has nothing to
 // contract or reorder: that is what makes it bitwise, not the layout.
@@ -390,6 +392,21 @@ __device__ __forceinline__ VRaw load_v(const unsigned short* p) {
   return r;
 }
 
+// lane t < the next item's steps: its gates of step t and this warp's raw v row of step t into L2 while this
+// item folds (their loads at the start of that item waited a memory latency: 3% of T=16 B=8; notes/perf.md)
+template <int NT>
+__device__ __forceinline__ void prefetch_item(const FoldArgs& a, const Item& x, int warp) {
+  const int lane = threadIdx.x & 31;
+  if (lane >= min(x.accepted, a.RL)) return;
+  const long long slot = x.slot;
+  const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
+                                        (long long)x.hv * a.RL + lane) * a.V + (x.chunk * NT + warp) * COLS;
+  const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL + lane;
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(p_v));
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(a.gate + gb));
+  asm volatile("prefetch.global.L2 [%0];" :: "l"(a.beta + gb));
+}
+
 // One warp folds column block `block` of item x from its staged tile (`kw`: this lane's first group of the
 // item's normalized k, step 0), stages its tile of item `next` when it has one, and stores the state (and
 // the track slot's).
@@ -523,7 +540,10 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
     next_item(next, step, total, a, r);
     const bool has_next = next.i < total;
     KShare<HELD> share;
-    if (has_next) share = load_share<NT, HELD>(a, next, warp);  // in flight while this item folds
+    if (has_next) {
+      share = load_share<NT, HELD>(a, next, warp);  // in flight while this item folds
+      prefetch_item<NT>(a, next, warp);
+    }
     fold_item<HAS_TRACK, NT>(a, sm, it, it.chunk * NT + warp, k_lane + buf * (a.RL * K_DIM * 4), parity, next,
                              has_next);
     if (has_next) normalize_share<NT, HELD>(share, sm.knorm + (buf ^ 1) * a.RL * K_DIM, warp);
