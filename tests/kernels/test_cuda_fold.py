@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from benchmarks.fold_cases import decode_reference, make_case
+from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import commit_plan, cuda_fold, gdn_fold, nvrtc
 
 BUDGET_REGISTERS = {False: 128, True: 168}  # with a track slot: 16 or 12 warps per SM (MIN_BLOCKS[_TRACK])
@@ -195,3 +196,12 @@ def test_gpu_the_host_reads_the_team_from_the_cubin_and_refuses_narrower_pools()
     assert torch.equal(state, before)
     with pytest.raises((gdn_fold.FoldShapeNotSupported, cuda_fold.CudaError)):
         kernels.loaded(device).programs((2, False), 1 << 20)  # 1 MiB of shared memory per block
+
+
+@pytest.mark.parametrize("prefetch", [2, 4])
+def test_a_step_unroll_that_nvvm_compiles_without_a_remainder_loop_does_not_build(prefetch):
+    """NVRTC 13.0 compiles the step loop unrolled by 3 or 5 (PREFETCH 2 or 4) with no remainder: it runs up to
+    4 steps past the accepted ones, reads past the block's shared memory (the PREFETCH=2 build crashed on an
+    H200) and folds extra steps. The source refuses such a build instead of making one (notes/perf.md)."""
+    with pytest.raises(OverlayError, match="power of two"):
+        nvrtc.compile_cubin(SOURCE, [f"-DPREFETCH={prefetch}"])
