@@ -32,3 +32,31 @@ def test_each_gpu_benchmark_reaches_the_timing_module_by_its_name():
     for name in ("gpu_commit", "gpu_run", "gpu_ring"):
         module = importlib.import_module(f"benchmarks.{name}")
         assert module.timing is timing, f"benchmarks/{name}.py rebinds `timing`"
+
+
+def test_the_sweep_gives_memcheck_every_window_and_each_axis_on_short_and_long_windows():
+    """benchmarks/gpu_sweep.py runs on the GPU under compute-sanitizer; what it feeds the kernel is decided
+    here, without one: every window the CUDA kernel takes once, and each value of the other axes (index
+    dtype, conv dtype, track, a batch past a warp's lanes) on windows of at most 16 and of more, with valid
+    rows (a distinct slot, 1..N accepted, the first row all N, a track slot free and at an accepted step)."""
+    from benchmarks import gpu_sweep
+    from replayssm_overlay.kernels import cuda_fold
+
+    configs = gpu_sweep.sweep_configs()
+    assert [c["N"] for c in configs] == list(range(1, cuda_fold.MAX_WINDOW + 1))
+    for axis, values in (("wide", {False, True}), ("conv_fp32", {False, True}), ("track", {False, True}),
+                         ("batch", {False, True})):
+        for half in (lambda n: n <= 16, lambda n: n > 16):
+            seen = {bool(c["track"]) if axis == "track" else len(c["slots"]) > 32 if axis == "batch" else c[axis]
+                    for c in configs if half(c["N"])}
+            assert seen == values, (axis, seen)
+    for c in configs:
+        assert c["HV"] % c["H"] == 0 and c["V"] % (4 * cuda_fold.COLUMNS) == 0, c
+        active = [s for s in c["slots"] if s >= 0]
+        assert len(set(active)) == len(active) and all(s < c["num_slots"] for s in active)
+        assert c["accept_lens"][0] == c["N"] and all(1 <= n <= c["N"] for n in c["accept_lens"])
+        if c["track"]:
+            track_slots, steps = c["track"]
+            for row, (slot, step) in enumerate(zip(track_slots, steps)):
+                assert slot == -1 or (slot not in active and 0 <= step < c["accept_lens"][row]), (c, row)
+            assert any(s >= 0 for s in track_slots)
