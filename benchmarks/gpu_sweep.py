@@ -90,9 +90,9 @@ def check(cfg: dict, kernels, seed: int) -> bool:
                      seed=seed)
     expected, tracked = decode_reference(case)
     B, name = len(cfg["slots"]), name_of(cfg)
-    conv, window, _shared = conv_pair(case.L, case.temporal.shape[1], B, case.N, case.H, case.HV, seed=seed)
-    if cfg["conv_fp32"]:
-        conv, window = conv.float(), _shared.float().as_strided(window.shape, window.stride())
+    conv, window, shared = conv_pair(case.L, case.temporal.shape[1], B, case.N, case.H, case.HV, seed=seed)
+    if cfg["conv_fp32"]:  # the same values as fp32, the window the same view of its (contiguous) copy
+        conv, window = conv.float(), shared.float().as_strided(window.shape, window.stride())
     ts = case.track_slots.long() if case.track_slots is not None else None  # as the server passes them
     tsteps = case.track_steps.long() if case.track_steps is not None else None
     ref = spec_state(case.initial.clone(), case.rawv, case.rawk, case.g, case.beta, conv.clone(), window)

@@ -44,12 +44,12 @@ def test_the_sweep_gives_memcheck_every_window_and_each_axis_on_short_and_long_w
 
     configs = gpu_sweep.sweep_configs()
     assert [c["N"] for c in configs] == list(range(1, cuda_fold.MAX_WINDOW + 1))
-    for axis, values in (("wide", {False, True}), ("conv_fp32", {False, True}), ("track", {False, True}),
-                         ("batch", {False, True})):
-        for half in (lambda n: n <= 16, lambda n: n > 16):
-            seen = {bool(c["track"]) if axis == "track" else len(c["slots"]) > 32 if axis == "batch" else c[axis]
-                    for c in configs if half(c["N"])}
-            assert seen == values, (axis, seen)
+    axes = {"int64 indices": lambda c: c["wide"], "fp32 conv": lambda c: c["conv_fp32"],
+            "track slot": lambda c: bool(c["track"]), "past 32 rows": lambda c: len(c["slots"]) > 32}
+    for axis, value_of in axes.items():
+        for long_windows in (False, True):
+            seen = {value_of(c) for c in configs if (c["N"] > 16) == long_windows}
+            assert seen == {False, True}, (axis, long_windows, seen)
     for c in configs:
         assert c["HV"] % c["H"] == 0 and c["V"] % (4 * cuda_fold.COLUMNS) == 0, c
         active = [s for s in c["slots"] if s >= 0]
