@@ -1,10 +1,11 @@
 """Every window the CUDA commit kernel takes (1 to 32 steps), each on another geometry, batch, index dtype,
 conv dtype and track choice, checked bitwise through the entry point; meant to run under compute-sanitizer.
 
-Why: the step loop is unrolled by its load queue and ptxas schedules shared-memory loads of k across steps,
-so a read past the block's normalized-k buffers depends on the window, the accept length and which of the
-two buffers an item uses. A build with PREFETCH=2 read 16 bytes past its shared memory at one window
-(notes/perf.md, session 8), and the shipped build had been checked at one shape only. This sweep gives
+Why: the step loop is unrolled by its load queue, and whether the compiled loop stops at the accepted steps
+depends on the unroll (NVVM dropped the remainder loop of a 3-way unroll: the PREFETCH=2 build read past its
+shared memory, notes/perf.md, sessions 8-9); a read past the block's normalized-k buffers shows only for
+some windows, accept lengths and one of the two buffers, and the shipped build had been checked at one
+shape only. This sweep gives
 memcheck every window, both buffers (batches of 1 to 48 rows, so blocks fold several items), int32 and
 int64 index vectors, bf16 and fp32 conv state, padded rows and track slots, and checks each commit:
   entry   the whole commit through `fold.fold_accepted_prefix` (temporal and conv state of every slot)
@@ -38,8 +39,9 @@ from benchmarks import timing  # noqa: E402
 from benchmarks.fold_cases import decode_reference, make_case, sglang_module  # noqa: E402
 from benchmarks.gpu_commit import conv_pair, entry_commit, spec_state, stock_commit, use_choice  # noqa: E402
 from replayssm_overlay import fold  # noqa: E402
+from replayssm_overlay.kernels import cuda_fold  # noqa: E402
 
-WINDOWS = range(1, 33)  # cuda_fold.MAX_WINDOW: lane t of a warp holds step t's gates
+WINDOWS = range(1, cuda_fold.MAX_WINDOW + 1)  # every window the CUDA kernel takes
 GEOMETRIES = ((4, 2, 64), (8, 2, 128), (16, 4, 128), (32, 16, 128), (4, 4, 128), (16, 2, 128))  # (HV, H, V)
 BATCHES = (1, 3, 8, 33, 48)  # past a warp's lanes too: rows 32.. of the index vectors
 RESULTS: dict = {"checks": []}
@@ -131,7 +133,7 @@ def main() -> int:
     args = parser.parse_args()
     import triton
 
-    from replayssm_overlay.kernels import cuda_fold, nvrtc
+    from replayssm_overlay.kernels import nvrtc
 
     RUN.start(args.out, f"sweep_log_{triton.__version__}.txt", f"sweep_{triton.__version__}.json")
     RESULTS["env"] = dict(torch=torch.__version__, triton=triton.__version__, gpu=torch.cuda.get_device_name())

@@ -375,11 +375,11 @@ __device__ __forceinline__ void normalize_share(const KShare<HELD>& s, float* kn
 // The step loop is unrolled by the queue's length, so that the queue's shift is a renaming of registers: a
 // shift by moves waits for the load issued in the same step (a memory latency per step: notes/perf.md v7)
 #define STEP_UNROLL (PREFETCH + 1)
-// Unrolled by 3 or 5, NVVM (NVRTC 13.0 and 12.9) compiles this loop, whose trip count is a min(), with no remainder: it
-// runs a multiple of the unroll, up to 4 steps past the accepted ones, reading k rows past the buffers
-// (past the block's shared memory: the PREFETCH=2 build's crash) and, at windows of 31 or more, shuffling the
-// gates of lane t % 32. Unrolls by 2, 4 and 8 keep their remainder (a loop; at 2 one peeled step), under
-// NVRTC 12.9 as under 13.0 (the PTX and SASS, notes/perf.md).
+// Unrolled by 3 or 5, NVVM (NVRTC 13.0 and 12.9) compiles this loop, whose trip count is a min(), with no
+// remainder: it runs a multiple of the unroll, up to 4 steps past the accepted ones, reading k rows past the
+// buffers (past the block's shared memory: the PREFETCH=2 build's crash) and, at windows of 31 or more,
+// shuffling the gates of lane t % 32. Unrolls by 2, 4 and 8 keep their remainder (a loop; at 2 one peeled
+// step) under both (the PTX and SASS, notes/perf.md).
 static_assert((STEP_UNROLL & (STEP_UNROLL - 1)) == 0, "PREFETCH + 1 must be a power of two (see above)");
 
 struct VRaw {  // one step's raw v of a thread's CQ columns (bf16 pairs)
