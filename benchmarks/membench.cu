@@ -137,8 +137,10 @@ extern "C" __global__ void __launch_bounds__(32 * TEAM, 8) probe_ldst_half(const
 }
 
 // tma: gdn_fold.cu's pattern: the next tile's bulk copy issued as soon as this one is in registers, stores
-// from registers; BARRIER: the team's __syncthreads per item as well
-template <bool BARRIER>
+// from registers; BARRIER: the team's __syncthreads per item as well. BULK_STORE (tma_bulkstore): registers
+// written back to the tile's shared buffer and bulk-stored from it, the next tile's bulk copy into that buffer
+// issued once the store has read it (one buffer a warp, as gdn_fold.cu has)
+template <bool BARRIER, bool BULK_STORE>
 __device__ __forceinline__ void tma_body(const Probe& a) {
   extern __shared__ __align__(128) float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -156,43 +158,27 @@ __device__ __forceinline__ void tma_body(const Probe& a) {
     parity ^= 1;
     float4 h[4][4];
     lds_tile(a, h, tile);
-    __syncwarp();
-    if (lane == 0 && i + w.step < w.end) load_tile(smem_addr(tile), tile_at(a, i + w.step, warp), bar);
-    store_regs(a, tile_at(a, i, warp), h, a.scale);
-  }
-}
-extern "C" __global__ void __launch_bounds__(32 * TEAM, 4) probe_tma(const __grid_constant__ Probe a) { tma_body<false>(a); }
-extern "C" __global__ void __launch_bounds__(32 * TEAM, 4) probe_tma_bar(const __grid_constant__ Probe a) { tma_body<true>(a); }
-
-// tma_bulkstore: registers written back to the tile's shared buffer and bulk-stored from it; the next tile's
-// bulk copy into that buffer waits until the store has read it (one buffer a warp, as gdn_fold.cu has)
-extern "C" __global__ void __launch_bounds__(32 * TEAM, 4) probe_tma_bulkstore(const __grid_constant__ Probe a) {
-  extern __shared__ __align__(128) float smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const Walk w = walk_of(a);
-  float* tile = smem + warp * TILE;
-  const unsigned bar = smem_addr(smem + TEAM * TILE) + 8 * warp;
-  if (lane == 0) mbar_init(bar);
-  __syncwarp();
-  int i = w.i;
-  if (lane == 0 && i < w.end) load_tile(smem_addr(tile), tile_at(a, i, warp), bar);
-  unsigned parity = 0;
-  for (; i < w.end; i += w.step) {
-    mbar_wait(bar, parity);
-    parity ^= 1;
-    float4 h[4][4];
-    lds_tile(a, h, tile);
-    store_regs(a, tile, h, a.scale);  // the folded state back into the buffer
-    fence_async();
-    __syncwarp();
-    if (lane == 0) {
-      store_tile_bulk(tile_at(a, i, warp), smem_addr(tile));
-      bulk_read_done();
-      if (i + w.step < w.end) load_tile(smem_addr(tile), tile_at(a, i + w.step, warp), bar);
+    if (BULK_STORE) {
+      store_regs(a, tile, h, a.scale);  // the folded state back into the buffer
+      fence_async();
     }
     __syncwarp();
+    if (lane == 0) {
+      if (BULK_STORE) {
+        store_tile_bulk(tile_at(a, i, warp), smem_addr(tile));
+        bulk_read_done();
+      }
+      if (i + w.step < w.end) load_tile(smem_addr(tile), tile_at(a, i + w.step, warp), bar);
+    }
+    if (BULK_STORE) __syncwarp();
+    else store_regs(a, tile_at(a, i, warp), h, a.scale);
   }
-  if (lane == 0) bulk_all_done();
+  if (BULK_STORE && lane == 0) bulk_all_done();
+}
+extern "C" __global__ void __launch_bounds__(32 * TEAM, 4) probe_tma(const __grid_constant__ Probe a) { tma_body<false, false>(a); }
+extern "C" __global__ void __launch_bounds__(32 * TEAM, 4) probe_tma_bar(const __grid_constant__ Probe a) { tma_body<true, false>(a); }
+extern "C" __global__ void __launch_bounds__(32 * TEAM, 4) probe_tma_bulkstore(const __grid_constant__ Probe a) {
+  tma_body<false, true>(a);
 }
 
 // tma2: two buffers a warp: the next tile loads into one while this one is bulk-stored from the other
