@@ -67,7 +67,7 @@ def launcher(module, name: str, buffers: int, per_sm_built: int, probe: Probe, i
     fn = ctypes.c_void_p()
     check(lib.cuModuleGetFunction(ctypes.byref(fn), module, f"probe_{name}".encode()), name)
     shared = TEAM * buffers * TILE_FLOATS * 4 + TEAM * 16
-    check(lib.cuFuncSetAttribute(fn, 8, shared), "max dynamic shared")  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    check(lib.cuFuncSetAttribute(fn, cuda_fold._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared), "max dynamic shared")
     per_sm = ctypes.c_int()
     check(lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), fn, 32 * TEAM, ctypes.c_size_t(shared)),
           "occupancy")
