@@ -123,6 +123,7 @@ def run_case(case: str, artifacts: Path, kernel: str) -> dict:
 
     compiles = []
     triton.knobs.compilation.listener = lambda **kw: compiles.append(bool(kw.get("cache_hit")))
+    from benchmarks import timing  # imports torch: in the case's own process, after its environment is set
     from replayssm_overlay.kernels import loader
 
     fold = SUBJECTS[kernel]()
@@ -153,7 +154,7 @@ def run_case(case: str, artifacts: Path, kernel: str) -> dict:
         torch.cuda.synchronize()
         first = time.perf_counter() - start
         after = _sha(torch, inputs["checkpoint_state"])
-        steady = _median_ms(torch, functools.partial(fold, make_scratch(inputs)))
+        steady = round(timing.event_us(functools.partial(fold, make_scratch(inputs)), reps=10, warmup=0) / 1e3, 3)
         result["folds"].append({"has_track": has_track, "used": used, "first_call_s": round(first, 4),
                                 "steady_ms": steady, "state_sha256": after, "changed": after != before})
     result["compilations"] = compiles.count(False)
@@ -168,18 +169,6 @@ def make_scratch(inputs: dict) -> dict:
     scratch = dict(inputs)
     scratch["checkpoint_state"] = inputs["checkpoint_state"].clone()
     return scratch
-
-
-def _median_ms(torch, fn, repeats: int = 10) -> float:
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return round(sorted(times)[len(times) // 2], 3)
 
 
 def _sha(torch, tensor) -> str:

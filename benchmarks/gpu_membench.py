@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import statistics
 import sys
 from pathlib import Path
 
@@ -42,22 +41,6 @@ class Probe(ctypes.Structure):
     _fields_ = [("state", ctypes.c_void_p), ("slots", ctypes.c_void_p), ("layers", ctypes.c_int32),
                 ("batch", ctypes.c_int32), ("slots_in_pool", ctypes.c_int32), ("tiles_per_slot", ctypes.c_int32),
                 ("scale", ctypes.c_float), ("contiguous", ctypes.c_int32), ("linear", ctypes.c_int32)]
-
-
-def event_us(fn, reps: int = 30) -> float:
-    """Median microseconds of `fn()` between two CUDA events, after 5 warm-up calls."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
 
 
 def launcher(module, name: str, buffers: int, per_sm_built: int, probe: Probe, items: int | None = None):
@@ -109,16 +92,13 @@ def main() -> int:
     RESULTS.update(shape=vars(args) | {"out": str(args.out), "cubin": str(args.cubin)}, bytes=moved,
                    device=torch.cuda.get_device_name())
 
-    big = torch.empty(2**30, device="cuda")
-    big2 = torch.empty_like(big)
-    ceiling = 8 * 2**30 / (event_us(lambda: big2.copy_(big), 12) / 1e6)
-    del big, big2
+    ceiling = timing.copy_ceiling()
     RESULTS["copy_ceiling_GBps"] = ceiling / 1e9
     RUN.log(f"copy ceiling (4 GiB) {ceiling / 1e9:.0f} GB/s; the commit's state traffic {moved / 1e6:.0f} MB")
     same = torch.empty(moved // 8, device="cuda")
     same2 = torch.empty_like(same)
-    rows = [("torch copy_ (same bytes)", event_us(lambda: same2.copy_(same)), None, None, True),
-            ("torch mul_ in place (same bytes)", event_us(lambda: same.mul_(1.0)), None, None, True)]
+    rows = [("torch copy_ (same bytes)", timing.event_us(lambda: same2.copy_(same)), None, None, True),
+            ("torch mul_ in place (same bytes)", timing.event_us(lambda: same.mul_(1.0)), None, None, True)]
     del same, same2
     items = args.layers * args.batch * tiles // TEAM
     for name, (buffers, per_sm) in PROBES.items():
@@ -131,7 +111,7 @@ def main() -> int:
                     continue
                 probe.linear, probe.contiguous = linear, contiguous
                 probe.slots = (in_order if contiguous_slots else slots).data_ptr()
-                us = event_us(run)
+                us = timing.event_us(run)
                 torch.cuda.synchronize()
                 label = (f"{name}, {grid}, {'linear' if linear else 'fold'} lanes, {'slots in order' if contiguous_slots else 'random slots'}"
                          f"{', items contiguous' if contiguous else ''}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 import traceback
@@ -31,22 +30,6 @@ TARGET = dict(L=30, HV=32, H=16, K=128, V=128)  # Qwen3.5-35B-A3B-like, one rank
 RESULTS: dict = {"exactness": [], "timing": [], "variants": []}
 RUN = timing.Run(RESULTS)  # the results folder: started in main
 log, save = RUN.log, RUN.save
-
-
-def copy_ceiling() -> float:
-    """Device-to-device copy bandwidth (bytes read + written per second) on 4 GiB."""
-    src = torch.empty(2**30, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(12):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del src, dst
-    return 2 * 4 * 2**30 / statistics.median(times[2:])
 
 
 # ----------------------------------------------------------------------------------------- exactness
@@ -257,7 +240,7 @@ def main():
                           sms=torch.cuda.get_device_properties(0).multi_processor_count)
     log("env", RESULTS["env"])
     t0 = time.time()
-    ceiling = copy_ceiling()
+    ceiling = timing.copy_ceiling()
     RESULTS["copy_GBps"] = ceiling / 1e9
     log(f"copy ceiling {ceiling / 1e9:.0f} GB/s (read+write)")
     ok = True

@@ -1,6 +1,7 @@
-"""What the GPU benchmark scripts (gpu_commit.py, gpu_run.py, gpu_ring.py) share: CUDA-graph replay and
-eager medians, and a results folder written as a run goes. One copy, so that a number called "graph us"
-or "eager us" is measured the same way in every script's table."""
+"""What the GPU benchmark scripts (gpu_commit.py, gpu_run.py, gpu_ring.py, gpu_membench.py, gpu_aot_check.py)
+share: CUDA-graph replay, eager and event medians, the copy ceiling, and a results folder written as a run
+goes. One copy, so that a number called "graph us", "eager us" or "copy ceiling" is measured the same way in
+every script's table."""
 
 from __future__ import annotations
 
@@ -83,3 +84,30 @@ def eager_us(fn, sets: int, calls: int) -> tuple[float, float]:
         walls.append(t2 - t0)
         hosts.append(t1 - t0)
     return statistics.median(walls) * 1e6, statistics.median(hosts) * 1e6
+
+
+def event_us(fn, reps: int = 30, warmup: int = 5) -> float:
+    """Median microseconds of `fn()` between two CUDA events on the current stream, after `warmup` calls (GPU
+    time, launch included; no graph)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def copy_ceiling() -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second) on 4 GiB: what in-place state
+    traffic is compared with."""
+    src = torch.empty(2**30, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    us = event_us(lambda: dst.copy_(src), reps=10, warmup=2)
+    del src, dst
+    return 2 * 4 * 2**30 / (us / 1e6)
