@@ -6,8 +6,9 @@ CUDA-graph timings of the whole commit (fold + conv rollback, track slot) throug
     RSO_SGLANG_KERNELS=DIR python benchmarks/gpu_commit.py --out OUTDIR [--artifacts DIR] [--quick]
 
 `--artifacts`: prebuilt kernels for this node (`replayssm-overlay kernels build`); without it the
-prebuilt choices (the Triton kernel's binaries, the CUDA kernel) are skipped. `--cuda LABEL=CUBIN:COLUMNS`
-adds another build of the CUDA kernel (a layout variant, `nvrtc.compile_cubin`) as choice overlay-cuda-LABEL. Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
+prebuilt choices (the Triton kernel's binaries, the CUDA kernel) are skipped. `--cuda LABEL=CUBIN:COLUMNS[:GRID]`
+adds another build of the CUDA kernel (a layout variant, `nvrtc.compile_cubin`) as choice overlay-cuda-LABEL,
+launched on the grid GRID (`cuda_fold.GRIDS`: auto, as served, by default; persistent or per-item pin one). Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
 kernel wrote):
   kernel    the overlay's fold vs SGLang's decode kernel run token by token
             (`fused_sigmoid_gating_delta_rule_update`), track slots poisoned with NaN first;
@@ -366,8 +367,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="only the issue's shapes (no windows 4/8 at T=16's pool)")
     parser.add_argument("--skip-exact", action="store_true")
     parser.add_argument("--v4", help="path of the last release's gdn_fold.py, timed beside (default: not timed)")
-    parser.add_argument("--cuda", action="append", default=[], metavar="LABEL=CUBIN:COLUMNS",
-                        help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL")
+    parser.add_argument("--cuda", action="append", default=[], metavar="LABEL=CUBIN:COLUMNS[:GRID]",
+                        help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL, on grid "
+                             "GRID (auto, persistent or per-item; default auto)")
     args = parser.parse_args()
     import triton
 
@@ -390,8 +392,9 @@ def main():
 
     for spec in args.cuda:
         label, _, rest = spec.partition("=")
-        path, _, columns = rest.rpartition(":")
-        choices.append((f"overlay-cuda-{label}", cuda_fold.CudaKernels(Path(path).read_bytes(), path, int(columns))))
+        path, columns, *grid = rest.split(":")
+        choices.append((f"overlay-cuda-{label}",
+                        cuda_fold.CudaKernels(Path(path).read_bytes(), path, int(columns), *grid)))
     t0 = time.time()
     ok = True
     if not args.skip_exact:

@@ -8,8 +8,8 @@
 #
 # For each Triton it builds the prebuilt kernels for this node into /tmp (`replayssm-overlay kernels
 # build`, as the image does), then runs gpu_commit.py with them. Leaves gpu.txt, build.log,
-# commit_<triton>.json and log_<triton>.txt in $OUT; GPU_COMMIT_ARGS_MACHINE adds arguments to the
-# second (machine Triton) run, e.g. --quick.
+# commit_<triton>.json and log_<triton>.txt in $OUT; GPU_COMMIT_ARGS adds arguments to both runs (e.g. a
+# --cuda baseline), GPU_COMMIT_ARGS_MACHINE to the second (machine Triton) run only, e.g. --quick.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:?set OUT to the results folder}
@@ -27,7 +27,7 @@ run() {  # $1: label, then env assignments for python3
   env "$@" python3 benchmarks/gpu_commit.py --out "$out" --artifacts "/tmp/kernels-$label" ${EXTRA:-} || status=1
 }
 mkdir -p /tmp/triton && tar xJf "${TRITON_CARRY:?set TRITON_CARRY to the Triton 3.7.1 tarball}" -C /tmp/triton
-EXTRA="" run triton-3.7.1 PYTHONPATH="/tmp/triton:$PYTHONPATH" TRITON_BACKENDS_IN_TREE=1 \
+EXTRA="${GPU_COMMIT_ARGS:-}" run triton-3.7.1 PYTHONPATH="/tmp/triton:$PYTHONPATH" TRITON_BACKENDS_IN_TREE=1 \
   TRITON_PTXAS_PATH=/tmp/triton/triton/backends/nvidia/bin/ptxas
-EXTRA="${GPU_COMMIT_ARGS_MACHINE:-}" run machine
+EXTRA="${GPU_COMMIT_ARGS:-} ${GPU_COMMIT_ARGS_MACHINE:-}" run machine
 exit $status

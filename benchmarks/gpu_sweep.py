@@ -7,7 +7,8 @@ shared memory, notes/perf.md, sessions 8-9); a read past the block's normalized-
 some windows, accept lengths and one of the two buffers, and the shipped build had been checked at one
 shape only. This sweep gives
 memcheck every window, both buffers (batches of 1 to 48 rows, so blocks fold several items), int32 and
-int64 index vectors, bf16 and fp32 conv state, padded rows and track slots, and checks each commit:
+int64 index vectors, bf16 and fp32 conv state, padded rows and track slots, each on both grids the host
+launches (`cuda_fold.grid_size`: persistent, and a block per work unit), and checks each commit:
   entry   the whole commit through `fold.fold_accepted_prefix` (temporal and conv state of every slot)
           vs SGLang 0.5.19's commit on the same pool;
   decode  the active slots and the track slots vs SGLang's decode kernel run token by token.
@@ -73,10 +74,10 @@ def sweep_configs(seed: int = 20261202) -> list[dict]:
     return configs
 
 
-def name_of(cfg: dict) -> str:
+def name_of(cfg: dict, grid: str) -> str:
     return (f"N{cfg['N']} HV{cfg['HV']} H{cfg['H']} V{cfg['V']} B{len(cfg['slots'])}"
             f" {'int64' if cfg['wide'] else 'int32'} conv-{'fp32' if cfg['conv_fp32'] else 'bf16'}"
-            f"{' track' if cfg['track'] else ''}")
+            f"{' track' if cfg['track'] else ''} grid-{grid}")
 
 
 def record(kind: str, name: str, ok: bool) -> bool:
@@ -91,7 +92,7 @@ def check(cfg: dict, kernels, seed: int) -> bool:
     case = make_case(**{k: v for k, v in cfg.items() if k not in ("wide", "conv_fp32")}, K=128, device="cuda",
                      seed=seed)
     expected, tracked = decode_reference(case)
-    B, name = len(cfg["slots"]), name_of(cfg)
+    B, name = len(cfg["slots"]), name_of(cfg, kernels.grid)
     conv, window, shared = conv_pair(case.L, case.temporal.shape[1], B, case.N, case.H, case.HV, seed=seed)
     if cfg["conv_fp32"]:  # the same values as fp32, the window the same view of its (contiguous) copy
         conv, window = conv.float(), shared.float().as_strided(window.shape, window.stride())
@@ -140,15 +141,16 @@ def main() -> int:
     log("env", RESULTS["env"])
     sglang_module("mamba.mamba_state_scatter_triton")  # stock's commit imports it by name
     cubin = args.cubin.read_bytes() if args.cubin else nvrtc.build_fold()[0]
-    kernels = cuda_fold.CudaKernels(cubin, str(args.cubin or "nvrtc"))
+    grids = [cuda_fold.CudaKernels(cubin, str(args.cubin or "nvrtc"), grid=grid) for grid in cuda_fold.GRIDS[1:]]
     t0, ok = time.time(), True
     for i, cfg in enumerate(sweep_configs()):
-        try:
-            ok &= check(cfg, kernels, seed=500 + i)
-        except Exception:
-            ok = False
-            record("error", name_of(cfg), False)
-            log(traceback.format_exc())
+        for kernels in grids:
+            try:
+                ok &= check(cfg, kernels, seed=500 + i)
+            except Exception:
+                ok = False
+                record("error", name_of(cfg, kernels.grid), False)
+                log(traceback.format_exc())
     log(f"sweep done in {time.time() - t0:.0f} s")
     table()
     return 0 if ok else 1

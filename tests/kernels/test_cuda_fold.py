@@ -86,6 +86,29 @@ def test_pack_puts_each_runtime_argument_in_its_field():
         cuda_fold.pack(args[:-1], batch=2)
 
 
+def test_the_grid_is_a_block_per_work_unit_only_for_short_windows_with_many_units_per_resident_block():
+    """grid_size: persistent (the resident blocks, or fewer where the work is less) unless the ring window is at
+    most 4 steps (8 with a track slot) and there are at least PER_ITEM_MIN_SHARE work units per resident block;
+    a pinned grid is taken as given; an unknown one is refused when the kernels are made."""
+    def packed(RL, batch, L=2, HV=4):
+        state, rawv, rawk, g, beta = _pool(RL=RL, L=L, HV=HV, H=2)
+        slots = lens = torch.zeros(batch, dtype=torch.int32)
+        return cuda_fold.pack(_fold_args(state, rawv, rawk, g, beta, slots, lens), batch=batch)
+
+    share = cuda_fold.PER_ITEM_MIN_SHARE
+    for RL, track, per_item in ((4, False, True), (5, False, False), (8, True, True), (9, True, False)):
+        p = packed(RL, batch=8)
+        work = cuda_fold.work_units(p, team=4)  # 2 layers x 8 rows x 4 heads x 2 chunks
+        assert cuda_fold.grid_size(p, 4, resident=work // share, has_track=track) == (work if per_item else work // share)
+        assert cuda_fold.grid_size(p, 4, resident=work // share + 1, has_track=track) == work // share + 1  # too few a block
+        assert cuda_fold.grid_size(p, 4, resident=work // share, has_track=track, grid="per-item") == work
+        assert cuda_fold.grid_size(p, 4, resident=work // share, has_track=track, grid="persistent") == work // share
+    small = packed(4, batch=1)
+    assert cuda_fold.grid_size(small, 4, resident=528, has_track=False) == cuda_fold.work_units(small, team=4) == 16
+    with pytest.raises(ValueError, match="grid 'wide'"):
+        cuda_fold.CudaKernels(b"", "test", grid="wide")
+
+
 def test_a_commit_reads_element_aligned_int32_and_int64_vectors_as_given_and_copies_the_rest():
     """What the launch's `commit` hands the kernel (`given_index`): the address of any 1-D, contiguous,
     element-aligned int32 or int64 vector and whether it is int64; an int32 copy of a strided view or another
@@ -142,11 +165,13 @@ def _many_rows(batch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("track", [False, True])
 @pytest.mark.parametrize("indices", ["int32", "int64 and offset"])
-def test_gpu_bitwise_equals_decode(track, indices):
+@pytest.mark.parametrize("grid", cuda_fold.GRIDS[1:])
+def test_gpu_bitwise_equals_decode(track, indices, grid):
     """Against the decode kernel token by token; the index vectors as the copy to int32 makes them, or as the
-    server gives some of them (int64: its track slots) and as views 4 bytes off 16-byte alignment."""
+    server gives some of them (int64: its track slots) and as views 4 bytes off 16-byte alignment; on the
+    persistent grid and on a block per work unit."""
     cubin, _ = nvrtc.build_fold()
-    kernels = cuda_fold.CudaKernels(cubin, "nvrtc")
+    kernels = cuda_fold.CudaKernels(cubin, "nvrtc", grid=grid)
     for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
                                      num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
                                 dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],

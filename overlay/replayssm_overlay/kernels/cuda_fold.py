@@ -10,7 +10,10 @@ CUDA, nothing allocated. The kernel reads int32 and int64 index vectors as given
 server's track slots are int64, and a copy to int32 would cost a launch of its own on every commit.
 CUDA-graph capture records the launch like any other on that stream.
 A block is a team of warps (the cubin's `gdn_fold_team`) that fold one value head's column blocks and share
-the normalization of its k window; the grid is as many blocks as the driver says fit at once.
+the normalization of its k window. The grid (`grid_size`) is as many blocks as the driver says fit at once (a
+persistent grid, each block staging its next item while it folds one), or a block per work unit where the
+window is short and the work is many times the resident blocks (the hardware's block scheduler then balances
+what a static share leaves to the tail; notes/perf.md, session 11); the kernel takes either.
 
 `CudaKernels` is the launch source of the "overlay-cuda" fold choice, with the `prepare` method of
 `launch.JitKernels` and `launch.PrebuiltKernels`. Its binary is an
@@ -41,6 +44,9 @@ _SIGNATURE = gdn_fold.fold_signature("bf16")  # the Triton kernel's runtime argu
 _POINTERS = tuple(name for name, ty in _SIGNATURE.items() if ty.startswith("*"))
 _INTS = tuple(name for name, ty in _SIGNATURE.items() if ty == "i32") + ("layers", "batch", "wide_indices")
 _INDEX_VECTORS = 4  # the last pointers: slots, accept lens, track slots, track steps (bits 0..3 of wide_indices)
+GRIDS = ("auto", "persistent", "per-item")  # `grid_size`'s choices: auto picks one of the other two
+PER_ITEM_MAX_WINDOW = {False: 4, True: 8}  # ring windows up to which a block per work unit wins (with a track slot: 8)
+PER_ITEM_MIN_SHARE = 16  # work units per resident block from which it wins (below, it is level or slower)
 
 
 class FoldArgs(ctypes.Structure):
@@ -161,8 +167,11 @@ class CudaKernels:
     kind = "overlay-cuda"
     tree_numpy = False
 
-    def __init__(self, cubin: bytes, origin: str, columns: int = COLUMNS):
+    def __init__(self, cubin: bytes, origin: str, columns: int = COLUMNS, grid: str = "auto"):
+        if grid not in GRIDS:
+            raise ValueError(f"grid {grid!r} is not one of {', '.join(GRIDS)}")
         self.cubin, self.origin, self.columns = cubin, origin, columns  # columns: of this binary's layout
+        self.grid = grid  # benchmarks and the window sweep pin one of the two grids; serving uses auto
         self._loaded = {}
         self._lock = threading.Lock()
 
@@ -189,7 +198,7 @@ class CudaKernels:
                                                  f"{team} warps of {self.columns} columns) for the CUDA kernel")
         packed = pack(args, grid[1])
         shared = smem_bytes(packed.RL, team, self.columns)
-        programs = min(fold.programs(key, shared), work_units(packed, team, self.columns))  # both >= 1
+        programs = grid_size(packed, team, fold.programs(key, shared), key[1], self.grid, self.columns)
         return _launcher(fold, fold.functions[key], programs, 32 * team, shared, packed, device_index)
 
 
@@ -257,6 +266,22 @@ def pack(args, batch: int) -> FoldArgs:
 
     wide = sum(1 << j for j, t in enumerate(pointers[-_INDEX_VECTORS:]) if t.dtype is torch.int64)
     return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch, wide)
+
+
+def grid_size(packed: FoldArgs, team: int, resident: int, has_track: bool, grid: str = "auto",
+              columns: int = COLUMNS) -> int:
+    """Blocks of the launch (>= 1): `resident` (the blocks that fit at once) or fewer where there is less work
+    (a persistent grid), or one per work unit. The kernel walks items p, p + P, ... for any grid P. Auto takes a
+    block per work unit where the ring window is at most PER_ITEM_MAX_WINDOW[has_track] and the work is at
+    least PER_ITEM_MIN_SHARE units per resident block: there an item is a few steps, its state traffic
+    dominates, and blocks that the hardware schedules as others finish balance the tail that a static share of
+    ~20 items a block leaves (397B at TP 4, 4-step window, B=8: 1.5-3% less; with a track slot 4-5% less).
+    With longer windows or few items a block, staging the next item while one folds wins (a 16-step window:
+    8% more as a block per unit; B=1: up to 10% more). Measured: notes/perf.md, session 11."""
+    work = work_units(packed, team, columns)
+    per_item = grid == "per-item" or (grid == "auto" and packed.RL <= PER_ITEM_MAX_WINDOW[has_track]
+                                      and work >= PER_ITEM_MIN_SHARE * resident)
+    return work if per_item else min(resident, work)
 
 
 def work_units(packed: FoldArgs, team: int, columns: int = COLUMNS) -> int:

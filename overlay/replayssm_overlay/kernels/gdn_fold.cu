@@ -6,9 +6,10 @@
 // Why CUDA beside the Triton kernel: Triton infers layouts and shared memory, so its kernel l2-normalizes
 // k again in every thread, and its programs load their state tiles into registers in lock step, so the
 // state traffic adds to the compute instead of hiding under it (notes/perf.md, v4/v5). Here
-//   - a block is a team of TEAM warps and a persistent program: each warp folds one column block of the
-//     team's value head, and the bulk copy (cp.async.bulk on an mbarrier) of its next 8 KB state tile into
-//     shared memory is in flight while it folds the current one from registers;
+//   - a block is a team of TEAM warps (a persistent program, or one per item: the host's choice of grid,
+//     cuda_fold.grid_size): each warp folds one column block of the team's value head, and the bulk copy
+//     (cp.async.bulk on an mbarrier) of its next 8 KB state tile into shared memory is in flight while it
+//     folds the current one from registers;
 //   - each step's k is l2-normalized once per team (4 k per lane, the steps dealt round the warps) into
 //     shared memory, the next item's while this one folds, and read back broadcast; the raw v of the next
 //     PREFETCH steps is in flight while a step computes (the step loop is unrolled so that the queue of
@@ -513,8 +514,8 @@ __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, con
   __syncwarp();
 }
 
-// A block is a team of NT warps and a persistent program: it takes conv units (a warp each) and then team
-// items p, p + P, ..., one value head's NT column blocks each. Per item: one barrier (the item's normalized
+// A block is a team of NT warps: it takes conv units (a warp each) and then team items p, p + P, ..., one
+// value head's NT column blocks each (P: the grid, the resident blocks or one per work unit). Per item: one barrier (the item's normalized
 // window is complete, and no warp still reads the buffer the next one goes into), each warp folds its block,
 // then normalizes its share of the next item's window into the other buffer.
 template <typename E, bool HAS_TRACK, int NT>
