@@ -43,7 +43,7 @@ def fold_module():
 
 @pytest.fixture(scope="session")
 def built_overlay(tmp_path_factory):
-    """The overlay's own commit kernel (kernels/gdn_fold.py, default provider): one shape, window 16 (6 binaries)."""
+    """The overlay's own commit kernel (kernels/gdn_fold.py, default provider): one shape, window 16 (9 binaries)."""
     out = tmp_path_factory.mktemp("aot-overlay") / "artifacts"
     args = build_args(out)
     del args[args.index("--provider") : args.index("--provider") + 2]

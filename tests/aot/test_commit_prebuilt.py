@@ -35,13 +35,48 @@ def test_one_binary_per_launch_for_every_covered_geometry_and_window(recorded, g
         plan.run(idx, idx, idx, idx)
         plan.run(idx, idx, idx, idx)
     labels = [spec["label"] for spec, _grid, _args in calls]
-    assert len(calls) == 4 and len(set(labels)) == 2  # one launch per commit: with and without a track
+    assert len(calls) == 4 and len(set(labels)) == 2  # one launch per commit: with and without a track (int32)
     spec, grid, args = calls[0]
     hv, v = geometry["hv"], geometry.get("v", 128)
     assert grid == (v // 16, 5, hv * 3) and args[0] is pool.temporal and spec["constexprs"]["HAS_TRACK"] is False
     assert args[3] is pool.intermediate_conv_window[0] and args[4] is pool.conv[0]
     n_const = len(spec["constexprs"])  # passed last, after the 13 conv integers
     assert args[-n_const - 17:-n_const - 13] == (hv, hv // geometry["h"], v, geometry["window"])
+
+
+def test_int64_track_vectors_are_read_as_given_by_their_own_binary_and_others_copied(recorded):
+    """The server's track vectors are int64: with a track slot the plan launches the binary built for int64
+    track vectors with the tensors themselves (no copy launched); int32 ones, or int64 ones it cannot read
+    as given (a strided view), go to the int32 binary, the latter as int32 copies."""
+    kernels, calls = recorded
+    plan = commit_plan.CommitPlan(_pool(), 5, True, kernels)
+    idx = torch.zeros(5, dtype=torch.int32)
+    track, steps = torch.arange(5, dtype=torch.int64), torch.zeros(5, dtype=torch.int64)
+    plan.run(idx, idx, track, steps)
+    plan.run(idx, idx, idx, idx)
+    strided = torch.arange(10, dtype=torch.int64)[::2]
+    plan.run(idx, idx, strided, steps)
+    (wide, _, wide_args), (narrow, _, _), (copied, _, copied_args) = calls
+    assert "track vectors int64" in wide["label"] and wide_args[9] is track and wide_args[10] is steps
+    assert "int64" not in narrow["label"] and narrow["label"] == copied["label"]
+    assert copied_args[9].dtype == copied_args[10].dtype == torch.int32 and torch.equal(copied_args[9], strided.int())
+
+
+def test_a_folder_without_the_int64_track_binary_still_commits_with_copies(recorded, monkeypatch):
+    kernels, calls = recorded
+    prepare = kernels.prepare
+
+    def no_int64_binary(fn, grid, args, *rest):
+        if args[9].dtype is torch.int64:
+            raise loader.ArtifactRefused("no prebuilt binary for int64 track vectors", "rebuild the folder")
+        return prepare(fn, grid, args, *rest)
+
+    monkeypatch.setattr(kernels, "prepare", no_int64_binary)
+    plan = commit_plan.CommitPlan(_pool(), 5, True, kernels)
+    idx, wide = torch.zeros(5, dtype=torch.int32), torch.zeros(5, dtype=torch.int64)
+    plan.run(idx, idx, wide, wide)
+    ((spec, _grid, args),) = calls
+    assert "int64" not in spec["label"] and args[9].dtype == args[10].dtype == torch.int32
 
 
 @pytest.mark.parametrize("change, match", [

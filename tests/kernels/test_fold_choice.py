@@ -96,16 +96,24 @@ def test_invalid_choice_is_refused(monkeypatch):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
-def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch):
+@pytest.mark.parametrize("track_dtype", [torch.int32, torch.int64])  # int64: as the server passes them
+def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch, track_dtype):
     monkeypatch.setenv(fold.ENV_FOLD, "overlay")
     calls = _sglang_recorder(monkeypatch)
     assert fold.describe()["fold"] == "overlay-jit"
     case = make_case(L=2, HV=2, H=1, K=128, V=32, N=3, slots=[2, 0, -1], accept_lens=[3, 1, 2], num_slots=5,
                      track=([3, -1, 4], [1, -1, 0]), seed=21)
+    case.track_slots, case.track_steps = case.track_slots.to(track_dtype), case.track_steps.to(track_dtype)
     expected, tracked = decode_reference(case)
     conv = _conv_pair(2, 5, 3, 3, seed=4)
     before = conv[0].clone()
+    from replayssm_overlay.kernels import commit_plan
+
+    checked = []  # the vectors passed through `indices` (the int32 launch's: it copies what that cannot read)
+    indices = commit_plan.indices
+    monkeypatch.setattr(commit_plan, "indices", lambda t, device: checked.append(t.dtype) or indices(t, device))
     ss = _commit(case, _spec_state(case, conv))
+    assert checked == [torch.int32] * (2 if track_dtype is torch.int64 else 4)  # int64 track vectors: as given
     assert fold.describe() == {"fold": "overlay-jit", "reason": fold._choice[1], "decided": True, "fallbacks": [],
                                "fallbacks_recorded": []}
     assert torch.equal(case.temporal[:, [2, 0]], expected[:, [2, 0]])

@@ -135,8 +135,12 @@ def test_aot_specializations_describe_every_runtime_argument():
         assert not set(spec["signature"]) & set(spec["constexprs"])
         assert list(spec["constexprs"]) == names[-len(spec["constexprs"]):]  # launched last
         assert spec["constexprs"]["TREE_NUMPY"] is False
-    assert sorted((s["signature"]["conv_dst"], s["constexprs"]["HAS_TRACK"]) for s in specs) == [
-        (f"*{dtype}", track) for dtype in ("bf16", "fp16", "fp32") for track in (False, True)]
+    # per conv dtype: no track slot; a track slot with int32 track vectors; one with int64 (as the server's)
+    assert sorted((s["signature"]["conv_dst"], s["constexprs"]["HAS_TRACK"], s["signature"]["track_slots"],
+                   s["signature"]["track_steps"]) for s in specs) == [
+        (f"*{dtype}", track, index, index) for dtype in ("bf16", "fp16", "fp32")
+        for track, index in ((False, "*i32"), (True, "*i32"), (True, "*i64"))]
+    assert all(ty == "*i32" for s in specs for name, ty in s["signature"].items() if name in ("slots", "accept_lens"))
     # geometry and window are runtime arguments: every covered shape asks for the same binaries
     assert gdn_fold.aot_specializations(16, 4, 128, 128, 4) == specs
     assert gdn_fold.aot_specializations(32, 16, 64, 128, 16) == []
@@ -153,11 +157,11 @@ def test_gpu_bitwise_equals_decode(name):
 
 def test_every_preset_window_and_tensor_parallel_size_is_covered_by_the_same_binaries():
     """Coverage of the default build: every supported model (aot/build.py's presets, from their configs)
-    at TP 1, 2, 4, 8 and every window 2..16 asks for the same six binaries, none of them empty."""
+    at TP 1, 2, 4, 8 and every window 2..16 asks for the same nine binaries, none of them empty."""
     from replayssm_overlay.aot import build
 
     expected = gdn_fold.aot_specializations(32, 16, 128, 128, 16)
-    assert len(expected) == 6
+    assert len(expected) == 9
     for name, preset in build.PRESETS.items():
         for shape in build.shapes_for(preset, build.DEFAULT_TP_SIZES):
             for window in build.DEFAULT_WINDOWS:

@@ -9,7 +9,10 @@ before anything is launched), computes every integer argument, and prepares the 
 (`launch.PrebuiltKernels` or `launch.JitKernels`). `CommitPlan.run` then launches the commit's one
 kernel (fold, conv rollback and track slot: `gdn_fold.gdn_replayssm_fold_kernel`), with index tensors
 that are what the prepared launch assumes, else copied for that call by `indices`: 1-D, contiguous, on the
-pool's device, and int32 16-byte aligned for the Triton kernel's binaries (their specialization). The CUDA
+pool's device, and int32 16-byte aligned for the Triton kernel's binaries (their specialization). The
+server's track vectors are int64: a plan with a track slot also prepares the Triton kernel's launch for int64
+track vectors (`wide_track`: its own binary), so that they are read as given, not copied by two more
+launches on every commit (where the folder has no such binary, they are copied). The CUDA
 kernel's launch (`cuda_fold`, a `commit` attribute on the prepared launch) takes the index tensors
 themselves, int32 or int64, and checks them in the same pass that reads their addresses. The plan holds
 the pool object, so the id it is cached under stays unique while cached. Pools with other than one conv
@@ -20,10 +23,17 @@ from __future__ import annotations
 
 import torch
 
-from replayssm_overlay.kernels import conv_rollback, gdn_fold
+from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
 
 FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES)
-_INT32 = torch.int32
+_INT32, _INT64 = torch.int32, torch.int64
+
+
+def wide_track(tensor, device_index: int) -> bool:
+    """The launch for int64 track vectors can read `tensor` as is: int64, 1-D, contiguous, 16-byte aligned, on
+    the device."""
+    return (tensor.dtype is _INT64 and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
+            and tensor.get_device() == device_index)
 
 
 def indices(tensor, device_index: int):
@@ -64,6 +74,15 @@ class CommitPlan:
                                      (*self._head, example, example, example, example, *self._ints), constexprs,
                                      FOLD_OPTIONS, self.device_index)
         self._commit = getattr(self._fold, "commit", None)  # the CUDA kernel's: index tensors only
+        self._fold_wide = None  # the Triton kernel's launch for int64 track vectors, where a binary has it
+        if has_track and self._commit is None:
+            wide = torch.zeros(batch, dtype=_INT64, device=state.device)
+            try:
+                self._fold_wide = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
+                                                  (*self._head, example, example, wide, wide, *self._ints), constexprs,
+                                                  FOLD_OPTIONS, self.device_index)
+            except loader.ArtifactRefused:  # a folder without that binary (another provider's): copies, as before
+                pass
 
     def matches(self, spec_state) -> bool:
         """Still the pool this plan was made for (same tensor objects)."""
@@ -81,8 +100,11 @@ class CommitPlan:
         device = self.device_index
         slots, accept_lens = indices(slots, device), indices(accept_lens, device)
         if self.has_track:
-            self._fold(*self._head, slots, accept_lens, indices(track_slots, device), indices(track_steps, device),
-                       *self._ints)
+            if self._fold_wide is not None and wide_track(track_slots, device) and wide_track(track_steps, device):
+                self._fold_wide(*self._head, slots, accept_lens, track_slots, track_steps, *self._ints)
+            else:
+                self._fold(*self._head, slots, accept_lens, indices(track_slots, device), indices(track_steps, device),
+                           *self._ints)
         else:
             self._fold(*self._head, slots, accept_lens, slots, accept_lens, *self._ints)
 

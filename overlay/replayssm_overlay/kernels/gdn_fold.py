@@ -32,15 +32,15 @@ Shapes (per tensor-parallel rank):
   rawk    [num_layers, num_slots, H, RL, K]  bf16 (raw pre-norm k per verify step)
   g, beta [num_layers, num_slots, HV, RL]    fp32
   conv    [num_layers, num_slots, dim, W] and its window view [num_layers, B, RL, dim, W] (conv_rollback.py)
-  slots, accept_lens, track_slots, track_steps [B] int32
+  slots, accept_lens [B] int32; track_slots, track_steps [B] int32 or int64 (as the server passes them)
 Grid: (V // BV, B, HV * num_layers), BV // 16 warps.
 
 Specializations (what `aot_specializations` lists for the ahead-of-time build): the constexprs are K=128,
 BV, NULL_ID (-1), HAS_TRACK (both values), FRONT (the Triton version's lane order, see `_dot_k`) and
 TREE_NUMPY=False, and the conv dtype is in the signature; the head counts HV and HV / H, the value dim V,
 the window RL, every stride and the batch, layer and slot counts are runtime int32 arguments (never
-specialized; V is declared 16-divisible), so six binaries serve every model, tensor-parallel size and
-window the kernel reproduces.
+specialized; V is declared 16-divisible), so nine binaries (three without a track slot, six with one: its
+track vectors int32 or int64) serve every model, tensor-parallel size and window the kernel reproduces.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def gdn_replayssm_fold_kernel(
     n_commit = tl.load(accept_lens + i_n)
     if HAS_TRACK:
         track_slot = tl.load(track_slots + i_n).to(tl.int64)
-        track_step = tl.load(track_steps + i_n)
+        track_step = tl.load(track_steps + i_n).to(tl.int32)  # an int64 vector's low word: a step < RL
     else:
         track_slot = NULL_ID
         track_step = -1
@@ -404,15 +404,16 @@ def fold_all_layers(
     )
 
 
-def fold_signature(conv_dtype: str) -> dict:
-    """The fold's non-constexpr arguments as the prebuilt binaries type them (conv: "bf16", "fp16", "fp32")."""
+def fold_signature(conv_dtype: str, track_index: str = "i32") -> dict:
+    """The fold's non-constexpr arguments as the prebuilt binaries type them (conv: "bf16", "fp16", "fp32";
+    track_index: the track vectors' "i32", or "i64" as the server passes them, so that no copy is launched)."""
     ints = ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
             "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "V", "RL", "conv_elems",
             "conv_width", "conv_chunk", "conv_src_layer", "conv_src_row", "conv_src_step", "conv_src_dim",
             "conv_src_win", "conv_dst_layer", "conv_dst_slot", "conv_rows", "conv_steps", "conv_slots")
     return {"state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "conv_src": f"*{conv_dtype}",
             "conv_dst": f"*{conv_dtype}", "gate": "*fp32", "beta": "*fp32", "slots": "*i32", "accept_lens": "*i32",
-            "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in ints}}
+            "track_slots": f"*{track_index}", "track_steps": f"*{track_index}", **{name: "i32" for name in ints}}
 
 
 # every pointer but the conv window view (an as_strided view may start anywhere) 16-byte aligned, and V a
@@ -422,14 +423,17 @@ FOLD_ATTRS = {**{name: [["tt.divisibility", 16]] for name, ty in fold_signature(
 
 
 def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_version: str | None = None) -> list:
-    """What the ahead-of-time build compiles: the commit's one kernel, with and without a track slot, for
-    each conv dtype. Head counts, value dim, window, batch, layer and slot counts and every stride are
-    runtime arguments, so the same six binaries serve every shape the kernel reproduces (K=128, V a
-    multiple of 16, HV a multiple of H); the arguments only say whether this shape is one of them."""
+    """What the ahead-of-time build compiles: the commit's one kernel, without a track slot and with one
+    (its track vectors int32 or int64), for each conv dtype. Head counts, value dim, window, batch, layer and
+    slot counts and every stride are runtime arguments, so the same nine binaries serve every shape the
+    kernel reproduces (K=128, V a multiple of 16, HV a multiple of H); the arguments only say whether this
+    shape is one of them."""
     if k != SUPPORTED_K or v % BLOCK_V or hv % h:
         return []
     front = lanes_from_front(triton_version)
-    return [dict(kernel=gdn_replayssm_fold_kernel, signature=fold_signature(conv), attrs=FOLD_ATTRS,
+    return [dict(kernel=gdn_replayssm_fold_kernel, signature=fold_signature(conv, index), attrs=FOLD_ATTRS,
                  num_warps=NUM_WARPS, num_stages=NUM_STAGES, constexprs=fold_constexprs(has_track, False, front),
-                 label=f"gdn_fold K{k} any HV/H/V/window conv {conv} track={has_track}")
-            for conv in sorted(set(conv_rollback.DTYPES.values())) for has_track in (False, True)]
+                 label=f"gdn_fold K{k} any HV/H/V/window conv {conv} track={has_track}"
+                       + (" track vectors int64" if index == "i64" else ""))
+            for conv in sorted(set(conv_rollback.DTYPES.values()))
+            for has_track, index in ((False, "i32"), (True, "i32"), (True, "i64"))]
