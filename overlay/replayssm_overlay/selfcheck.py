@@ -193,12 +193,13 @@ class _Window:
         return REQUESTS + 1 if track else REQUESTS
 
     def track(self):
-        """Row 0 stores its state after step N//2 into the track slot; row 1 stores nothing."""
+        """Row 0 stores its state after step N//2 into the track slot; row 1 stores nothing. int64, as the
+        server passes them (so the check launches what serving launches: the int64-track binary)."""
         import torch
 
         device = self.slots.device
-        steps = torch.tensor([int(self.accept_lens[0]) // 2, -1], dtype=torch.int32, device=device)
-        return torch.tensor([self.track_slot, -1], dtype=torch.int32, device=device), steps
+        steps = torch.tensor([int(self.accept_lens[0]) // 2, -1], dtype=torch.int64, device=device)
+        return torch.tensor([self.track_slot, -1], dtype=torch.int64, device=device), steps
 
     def replayed(self):
         """(state after SGLang's recurrence ran token by token over each accepted prefix, the track slot's
