@@ -11,7 +11,7 @@ kernel (fold, conv rollback and track slot: `gdn_fold.gdn_replayssm_fold_kernel`
 that are what the prepared launch assumes, else copied for that call by `indices`: 1-D, contiguous, on the
 pool's device, and int32 16-byte aligned for the Triton kernel's binaries (their specialization). The
 server's track vectors are int64: a plan with a track slot also prepares the Triton kernel's launch for int64
-track vectors (`wide_track`: its own binary), so that they are read as given, not copied by two more
+track vectors (`readable` as int64: its own binary), so that they are read as given, not copied by two more
 launches on every commit (where the folder has no such binary, they are copied). The CUDA
 kernel's launch (`cuda_fold`, a `commit` attribute on the prepared launch) takes the index tensors
 themselves, int32 or int64, and checks them in the same pass that reads their addresses. The plan holds
@@ -29,18 +29,17 @@ FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES
 _INT32, _INT64 = torch.int32, torch.int64
 
 
-def wide_track(tensor, device_index: int) -> bool:
-    """The launch for int64 track vectors can read `tensor` as is: int64, 1-D, contiguous, 16-byte aligned, on
-    the device."""
-    return (tensor.dtype is _INT64 and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
+def readable(tensor, dtype, device_index: int) -> bool:
+    """A prepared launch for index vectors of `dtype` can read `tensor` as is: of that dtype, 1-D, contiguous,
+    16-byte aligned (the binaries' specialization), on the device."""
+    return (tensor.dtype is dtype and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
             and tensor.get_device() == device_index)
 
 
 def indices(tensor, device_index: int):
-    """`tensor` if the prepared launch can read it as is (int32, 1-D, contiguous, 16-byte aligned, on the
-    device), else an int32 contiguous copy (fresh, so aligned); FoldShapeNotSupported if it is not 1-D."""
-    if (tensor.dtype is _INT32 and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
-            and tensor.get_device() == device_index):
+    """`tensor` if the prepared launch can read it as is (`readable` as int32), else an int32 contiguous copy
+    (fresh, so aligned); FoldShapeNotSupported if it is not 1-D."""
+    if readable(tensor, _INT32, device_index):
         return tensor
     if tensor.ndim != 1:
         raise gdn_fold.FoldShapeNotSupported(f"index tensor of shape {tuple(tensor.shape)} (need 1-D)")
@@ -100,7 +99,8 @@ class CommitPlan:
         device = self.device_index
         slots, accept_lens = indices(slots, device), indices(accept_lens, device)
         if self.has_track:
-            if self._fold_wide is not None and wide_track(track_slots, device) and wide_track(track_steps, device):
+            if (self._fold_wide is not None and readable(track_slots, _INT64, device)
+                    and readable(track_steps, _INT64, device)):
                 self._fold_wide(*self._head, slots, accept_lens, track_slots, track_steps, *self._ints)
             else:
                 self._fold(*self._head, slots, accept_lens, indices(track_slots, device), indices(track_steps, device),
