@@ -258,3 +258,14 @@ def test_refuses_kernels_running_under_triton_s_interpreter(built):
         interpreted = triton.jit(gdn_replayssm_exact_fold_kernel)
     with pytest.raises(loader.ArtifactRefused, match="interpreter"):
         loader.ArtifactSet.open(built, facts()).kernel(interpreted)
+
+
+def test_the_cuda_kernels_summary_says_when_ptxas_reported_no_registers():
+    """An NVRTC whose log has no ptxas lines leaves the registers unknown: the build's summary says so
+    instead of "0 registers per thread" (which reads like a broken kernel)."""
+    entry = {"file": "cuda/gdn_fold.cubin", "nvrtc": "13.0", "arch": "sm_90"}
+    unknown = dict(entry, ptxas={"gdn_fold_conv2": {"registers": None, "spill_bytes": 0}})
+    assert af.cuda_summary(unknown).endswith("registers per thread not reported by this NVRTC")
+    assert af.cuda_summary(dict(entry, ptxas={})).endswith("not reported by this NVRTC")
+    known = dict(entry, ptxas={"gdn_fold_conv2": {"registers": 128}, "gdn_fold_conv2_track": {"registers": 168}})
+    assert af.cuda_summary(known).endswith(", 128-168 registers per thread")
