@@ -19,6 +19,7 @@ import torch
 from benchmarks.fold_cases import decode_reference, make_case
 from replayssm_overlay import fold, records
 from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.kernels import commit_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,8 +108,6 @@ def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch, t
     expected, tracked = decode_reference(case)
     conv = _conv_pair(2, 5, 3, 3, seed=4)
     before = conv[0].clone()
-    from replayssm_overlay.kernels import commit_plan
-
     checked = []  # the vectors passed through `indices` (the int32 launch's: it copies what that cannot read)
     indices = commit_plan.indices
     monkeypatch.setattr(commit_plan, "indices", lambda t, device: checked.append(t.dtype) or indices(t, device))

@@ -89,7 +89,10 @@ def cuda_summary(entry: dict | None) -> str:
     if not entry.get("file"):
         return f"skipped: {entry.get('skipped', 'unknown reason')}"
     used = sorted({e["registers"] for e in (entry.get("ptxas") or {}).values() if e.get("registers")})
-    registers = ("registers per thread not reported by this NVRTC" if not used else
-                 f"{used[0]}-{used[-1]} registers per thread" if len(used) > 1 else f"{used[0]} registers per thread")
+    if not used:
+        registers = "registers per thread not reported by this NVRTC"
+    else:
+        registers = f"{used[0]}-{used[-1]}" if len(used) > 1 else f"{used[0]}"
+        registers += " registers per thread"
     return f"built with NVRTC {entry.get('nvrtc')} for {entry.get('arch')}, {registers}"
 

@@ -69,17 +69,19 @@ class CommitPlan:
         self._ints = (*fold_ints, *conv_ints)
         example = torch.zeros(batch, dtype=torch.int32, device=state.device)
         constexprs = gdn_fold.fold_constexprs(has_track, kernels.tree_numpy if tree_numpy is None else tree_numpy)
-        self._fold = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
-                                     (*self._head, example, example, example, example, *self._ints), constexprs,
-                                     FOLD_OPTIONS, self.device_index)
+
+        def prepare(track_dtype):  # the launch for int32 slots and accept lengths and track vectors of track_dtype
+            track = torch.zeros(batch, dtype=track_dtype, device=state.device)
+            return kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
+                                   (*self._head, example, example, track, track, *self._ints), constexprs,
+                                   FOLD_OPTIONS, self.device_index)
+
+        self._fold = prepare(_INT32)
         self._commit = getattr(self._fold, "commit", None)  # the CUDA kernel's: index tensors only
         self._fold_wide = None  # the Triton kernel's launch for int64 track vectors, where a binary has it
         if has_track and self._commit is None:
-            wide = torch.zeros(batch, dtype=_INT64, device=state.device)
             try:
-                self._fold_wide = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
-                                                  (*self._head, example, example, wide, wide, *self._ints), constexprs,
-                                                  FOLD_OPTIONS, self.device_index)
+                self._fold_wide = prepare(_INT64)
             except loader.ArtifactRefused:  # a folder without that binary (another provider's): copies, as before
                 pass
 

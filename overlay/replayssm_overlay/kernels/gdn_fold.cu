@@ -515,9 +515,9 @@ __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, con
 }
 
 // A block is a team of NT warps: it takes conv units (a warp each) and then team items p, p + P, ..., one
-// value head's NT column blocks each (P: the grid, the resident blocks or one per work unit). Per item: one barrier (the item's normalized
-// window is complete, and no warp still reads the buffer the next one goes into), each warp folds its block,
-// then normalizes its share of the next item's window into the other buffer.
+// value head's NT column blocks each (P: the grid, the resident blocks or one per work unit). Per item: one
+// barrier (the item's normalized window is complete, and no warp still reads the buffer the next one goes
+// into), each warp folds its block, then normalizes its share of the next item's window into the other buffer.
 template <typename E, bool HAS_TRACK, int NT>
 __device__ __forceinline__ void fold_body(const FoldArgs& a) {
   extern __shared__ __align__(128) unsigned char smem_base[];
