@@ -8,7 +8,7 @@ CUDA-graph timings of the whole commit (fold + conv rollback, track slot) throug
 `--artifacts`: prebuilt kernels for this node (`replayssm-overlay kernels build`); without it the
 prebuilt choices (the Triton kernel's binaries, the CUDA kernel) are skipped. `--cuda LABEL=CUBIN:COLUMNS[:GRID]`
 adds another build of the CUDA kernel (a layout variant, `nvrtc.compile_cubin`) as choice overlay-cuda-LABEL,
-launched on the grid GRID (`cuda_fold.GRIDS`: auto, as served, by default; persistent or per-item pin one). Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
+launched on the grid GRID (`cuda_fold.GRIDS`: auto, as served, by default; persistent, per-item or pairs pin one). Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
 kernel wrote):
   kernel    the overlay's fold vs SGLang's decode kernel run token by token
             (`fused_sigmoid_gating_delta_rule_update`), track slots poisoned with NaN first;

@@ -86,23 +86,28 @@ def test_pack_puts_each_runtime_argument_in_its_field():
         cuda_fold.pack(args[:-1], batch=2)
 
 
-def test_the_grid_is_a_block_per_work_unit_only_for_short_windows_with_many_units_per_resident_block():
+def test_the_grid_is_a_block_per_few_work_units_only_for_short_windows_with_many_blocks_per_resident_one():
     """grid_size: persistent (the resident blocks, or fewer where the work is less) unless the ring window is at
-    most 4 steps (8 with a track slot) and there are at least PER_ITEM_MIN_SHARE work units per resident block;
-    a pinned grid is taken as given; an unknown one is refused when the kernels are made."""
+    most 6 steps (8 with a track slot) and blocks of auto_share units (half the window, at least 2) are at least
+    AUTO_SHARE_MIN_WAVES times the resident blocks; a pinned grid is taken as given; an unknown one is refused
+    when the kernels are made."""
     def packed(RL, batch, L=2, HV=4):
         state, rawv, rawk, g, beta = _pool(RL=RL, L=L, HV=HV, H=2)
         slots = lens = torch.zeros(batch, dtype=torch.int32)
         return cuda_fold.pack(_fold_args(state, rawv, rawk, g, beta, slots, lens), batch=batch)
 
-    share = cuda_fold.PER_ITEM_MIN_SHARE
-    for RL, track, per_item in ((4, False, True), (5, False, False), (8, True, True), (9, True, False)):
+    waves = cuda_fold.AUTO_SHARE_MIN_WAVES
+    for RL, track, share in ((1, False, 2), (4, False, 2), (6, False, 3), (7, False, 0), (8, True, 4), (9, True, 0)):
         p = packed(RL, batch=8)
-        work = cuda_fold.work_units(p, team=4)  # 2 layers x 8 rows x 4 heads x 2 chunks
-        assert cuda_fold.grid_size(p, 4, resident=work // share, has_track=track) == (work if per_item else work // share)
-        assert cuda_fold.grid_size(p, 4, resident=work // share + 1, has_track=track) == work // share + 1  # too few a block
-        assert cuda_fold.grid_size(p, 4, resident=work // share, has_track=track, grid="per-item") == work
-        assert cuda_fold.grid_size(p, 4, resident=work // share, has_track=track, grid="persistent") == work // share
+        work = cuda_fold.work_units(p, team=4)  # 2 layers x 8 rows x 4 heads x 2 chunks = 128
+        assert cuda_fold.auto_share(RL, track) == share
+        few = work // (share or 1) // waves  # the most resident blocks for which blocks of `share` units still win
+        blocks = -(-work // share) if share else few
+        assert cuda_fold.grid_size(p, 4, resident=few, has_track=track) == blocks
+        assert cuda_fold.grid_size(p, 4, resident=few + 1, has_track=track) == few + 1  # too few waves: persistent
+        assert cuda_fold.grid_size(p, 4, resident=few, has_track=track, grid="per-item") == work
+        assert cuda_fold.grid_size(p, 4, resident=few, has_track=track, grid="pairs") == work // 2
+        assert cuda_fold.grid_size(p, 4, resident=few, has_track=track, grid="persistent") == few
     small = packed(4, batch=1)
     assert cuda_fold.grid_size(small, 4, resident=528, has_track=False) == cuda_fold.work_units(small, team=4) == 16
     with pytest.raises(ValueError, match="grid 'wide'"):

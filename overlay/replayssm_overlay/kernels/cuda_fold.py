@@ -11,9 +11,10 @@ server's track slots are int64, and a copy to int32 would cost a launch of its o
 CUDA-graph capture records the launch like any other on that stream.
 A block is a team of warps (the cubin's `gdn_fold_team`) that fold one value head's column blocks and share
 the normalization of its k window. The grid (`grid_size`) is as many blocks as the driver says fit at once (a
-persistent grid, each block staging its next item while it folds one), or a block per work unit where the
-window is short and the work is many times the resident blocks (the hardware's block scheduler then balances
-what a static share leaves to the tail; notes/perf.md, session 11); the kernel takes either.
+persistent grid, each block staging its next item while it folds one), or, where the window is short and the
+work is many times the resident blocks, a block per few work units (the hardware's block scheduler then
+balances what a static share leaves to the tail, and each block still stages its second unit while it folds
+its first; notes/perf.md, sessions 11 and 12); the kernel takes any grid.
 
 `CudaKernels` is the launch source of the "overlay-cuda" fold choice, with the `prepare` method of
 `launch.JitKernels` and `launch.PrebuiltKernels`. Its binary is an
@@ -44,9 +45,9 @@ _SIGNATURE = gdn_fold.fold_signature("bf16")  # the Triton kernel's runtime argu
 _POINTERS = tuple(name for name, ty in _SIGNATURE.items() if ty.startswith("*"))
 _INTS = tuple(name for name, ty in _SIGNATURE.items() if ty == "i32") + ("layers", "batch", "wide_indices")
 _INDEX_VECTORS = 4  # the last pointers: slots, accept lens, track slots, track steps (bits 0..3 of wide_indices)
-GRIDS = ("auto", "persistent", "per-item")  # `grid_size`'s choices: auto picks one of the other two
-PER_ITEM_MAX_WINDOW = {False: 4, True: 8}  # ring windows up to which a block per work unit wins (with a track slot: 8)
-PER_ITEM_MIN_SHARE = 16  # work units per resident block from which it wins (below, it is level or slower)
+GRIDS = ("auto", "persistent", "per-item", "pairs")  # `grid_size`'s choices; the last three pin a grid
+AUTO_SHARE_MAX_WINDOW = {False: 6, True: 8}  # ring windows up to which blocks of a few work units win (track slot: 8)
+AUTO_SHARE_MIN_WAVES = 4  # ... where that makes at least this many times the resident blocks (below, persistent)
 
 
 class FoldArgs(ctypes.Structure):
@@ -270,18 +271,28 @@ def pack(args, batch: int) -> FoldArgs:
 
 def grid_size(packed: FoldArgs, team: int, resident: int, has_track: bool, grid: str = "auto",
               columns: int = COLUMNS) -> int:
-    """Blocks of the launch (>= 1): `resident` (the blocks that fit at once) or fewer where there is less work
-    (a persistent grid), or one per work unit. The kernel walks items p, p + P, ... for any grid P. Auto takes a
-    block per work unit where the ring window is at most PER_ITEM_MAX_WINDOW[has_track] and the work is at
-    least PER_ITEM_MIN_SHARE units per resident block: there an item is a few steps, its state traffic
-    dominates, and blocks that the hardware schedules as others finish balance the tail that a static share of
-    ~20 items a block leaves (397B at TP 4, 4-step window, B=8: 1.5-3% less; with a track slot 4-5% less).
-    With longer windows or few items a block, staging the next item while one folds wins (a 16-step window:
-    8% more as a block per unit; B=1: up to 10% more). Measured: notes/perf.md, session 11."""
+    """Blocks of the launch (>= 1). The kernel walks work units p, p + P, ... for any grid P, so a block folds
+    about work / P of them, staging the next while it folds one. Persistent: `resident` blocks (those that fit
+    at once; fewer where there is less work). Auto takes blocks of `auto_share` units where the ring window is
+    at most AUTO_SHARE_MAX_WINDOW[has_track] and that makes at least AUTO_SHARE_MIN_WAVES times the resident blocks:
+    there a unit is a few steps, its state traffic dominates, and blocks that the hardware schedules as others
+    finish balance the tail that a static share of ~20 units a block leaves, while a block's second unit is
+    still staged under its first (397B at TP 4, a 4-step window, B=8: 2-5% less than persistent and than a
+    block per unit; with a track slot and an 8-step window 6% less). Longer windows stay persistent (level or
+    slower otherwise). "per-item" and "pairs" pin blocks of 1 and 2 units. Measured: notes/perf.md, session 12."""
     work = work_units(packed, team, columns)
-    per_item = grid == "per-item" or (grid == "auto" and packed.RL <= PER_ITEM_MAX_WINDOW[has_track]
-                                      and work >= PER_ITEM_MIN_SHARE * resident)
-    return work if per_item else min(resident, work)
+    share = {"per-item": 1, "pairs": 2}.get(grid) or (auto_share(packed.RL, has_track) if grid == "auto" else 0)
+    if share:
+        blocks = -(-work // share)
+        if grid != "auto" or blocks >= AUTO_SHARE_MIN_WAVES * resident:
+            return blocks
+    return min(resident, work)
+
+
+def auto_share(window: int, has_track: bool) -> int:
+    """Work units a block of the auto grid folds where its window is short enough (0: persistent): half the
+    window's steps, at least 2 (measured best at windows 2-8: notes/perf.md, session 12)."""
+    return max(2, window // 2) if window <= AUTO_SHARE_MAX_WINDOW[has_track] else 0
 
 
 def work_units(packed: FoldArgs, team: int, columns: int = COLUMNS) -> int:
