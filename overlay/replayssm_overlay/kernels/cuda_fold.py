@@ -271,15 +271,15 @@ def pack(args, batch: int) -> FoldArgs:
 
 def grid_size(packed: FoldArgs, team: int, resident: int, has_track: bool, grid: str = "auto",
               columns: int = COLUMNS) -> int:
-    """Blocks of the launch (>= 1). The kernel walks work units p, p + P, ... for any grid P, so a block folds
-    about work / P of them, staging the next while it folds one. Persistent: `resident` blocks (those that fit
-    at once; fewer where there is less work). Auto takes blocks of `auto_share` units where the ring window is
-    at most AUTO_SHARE_MAX_WINDOW[has_track] and that makes at least AUTO_SHARE_MIN_WAVES times the resident blocks:
-    there a unit is a few steps, its state traffic dominates, and blocks that the hardware schedules as others
-    finish balance the tail that a static share of ~20 units a block leaves, while a block's second unit is
-    still staged under its first (397B at TP 4, a 4-step window, B=8: 2-5% less than persistent and than a
-    block per unit; with a track slot and an 8-step window 6% less). Longer windows stay persistent (level or
-    slower otherwise). "per-item" and "pairs" pin blocks of 1 and 2 units. Measured: notes/perf.md, session 12."""
+    """Blocks of the launch (>= 1). The kernel walks work units p, p + P, ... for any grid P, and a block stages
+    its next unit while it folds one. Persistent: the `resident` blocks (fewer where there is less work). Auto:
+    blocks of `auto_share` units where the window is at most AUTO_SHARE_MAX_WINDOW[has_track] and that makes at
+    least AUTO_SHARE_MIN_WAVES waves of resident blocks, else persistent. There a unit is a few steps and its
+    state traffic dominates: blocks that the hardware schedules as others finish balance the tail that a static
+    share leaves, and each still stages its second unit under its first (397B at TP 4, a 4-step window, B=8:
+    -3.5% against persistent, -2% against a block per unit). With fewer waves the last blocks would start only
+    after the first had folded everything (up to +24%). "per-item" and "pairs" pin blocks of 1 and 2 units.
+    Measured: notes/perf.md, session 12."""
     work = work_units(packed, team, columns)
     share = {"per-item": 1, "pairs": 2}.get(grid) or (auto_share(packed.RL, has_track) if grid == "auto" else 0)
     if share:
