@@ -359,6 +359,20 @@ def table():
     print(f"checks: {len(RESULTS['checks']) - len(bad)}/{len(RESULTS['checks'])} bitwise", *(c["name"] for c in bad))
 
 
+def cuda_choice(spec: str, grids) -> tuple[str, str, int, str]:
+    """(label, cubin path, columns, grid) of a `--cuda LABEL=CUBIN:COLUMNS[:GRID]` argument, read from the right
+    so that the path may hold ':'; the grid is auto unless the last field is one of `grids`."""
+    label, _, rest = spec.partition("=")
+    rest, _, last = rest.rpartition(":")
+    grid = "auto"
+    if last in grids:
+        grid = last
+        rest, _, last = rest.rpartition(":")
+    if not (label and rest and last.isdigit()):
+        raise SystemExit(f"--cuda {spec!r}: expected LABEL=CUBIN:COLUMNS[:GRID], GRID one of {', '.join(grids)}")
+    return label, rest, int(last), grid
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for commit_<triton>.json and the log")
@@ -369,7 +383,7 @@ def main():
     parser.add_argument("--v4", help="path of the last release's gdn_fold.py, timed beside (default: not timed)")
     parser.add_argument("--cuda", action="append", default=[], metavar="LABEL=CUBIN:COLUMNS[:GRID]",
                         help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL, on grid "
-                             "GRID (auto, persistent or per-item; default auto)")
+                             "GRID (auto, persistent, per-item or pairs; default auto)")
     args = parser.parse_args()
     import triton
 
@@ -391,10 +405,8 @@ def main():
     from replayssm_overlay.kernels import cuda_fold
 
     for spec in args.cuda:
-        label, _, rest = spec.partition("=")
-        path, columns, *grid = rest.split(":")
-        choices.append((f"overlay-cuda-{label}",
-                        cuda_fold.CudaKernels(Path(path).read_bytes(), path, int(columns), *grid)))
+        label, path, columns, grid = cuda_choice(spec, cuda_fold.GRIDS)
+        choices.append((f"overlay-cuda-{label}", cuda_fold.CudaKernels(Path(path).read_bytes(), path, columns, grid)))
     t0 = time.time()
     ok = True
     if not args.skip_exact:

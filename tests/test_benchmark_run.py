@@ -1,10 +1,14 @@
 """benchmarks/timing.py's results folder (`Run`), which every GPU benchmark script writes through: it must
 keep what a run measured up to the moment it is cut short (the device tool returns what is under $OUT when
-a command runs past its limit). The CUDA timings beside it need a GPU and run only there."""
+a command runs past its limit). Also what the scripts decide without a GPU: their imports, gpu_commit's
+`--cuda` argument, the sweep's cases, the probes' build. The CUDA timings need a GPU and run only there."""
 
 import json
 
+import pytest
+
 from benchmarks import timing
+from benchmarks.gpu_commit import cuda_choice
 
 
 def test_a_run_keeps_each_line_and_the_latest_results_as_it_goes(tmp_path, capsys):
@@ -32,6 +36,15 @@ def test_each_gpu_benchmark_reaches_the_timing_module_by_its_name():
     for name in ("gpu_commit", "gpu_run", "gpu_ring", "gpu_membench"):
         module = importlib.import_module(f"benchmarks.{name}")
         assert module.timing is timing, f"benchmarks/{name}.py rebinds `timing`"
+
+
+def test_a_cuda_choice_is_read_from_the_right_so_its_path_may_hold_colons():
+    grids = ("auto", "persistent", "per-item", "pairs")
+    assert cuda_choice("p=a:b/v.cubin:16:persistent", grids) == ("p", "a:b/v.cubin", 16, "persistent")
+    assert cuda_choice("v=x.cubin:8", grids) == ("v", "x.cubin", 8, "auto")
+    for bad in ("x.cubin:16", "v=x.cubin", "v=x.cubin:16:wide", "v=:16"):
+        with pytest.raises(SystemExit, match="expected LABEL=CUBIN:COLUMNS"):
+            cuda_choice(bad, grids)
 
 
 def test_the_sweep_gives_memcheck_every_window_and_each_axis_on_short_and_long_windows():
