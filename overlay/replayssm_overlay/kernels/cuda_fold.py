@@ -12,7 +12,7 @@ CUDA-graph capture records the launch like any other on that stream.
 A block is a team of warps (the cubin's `gdn_fold_team`) that fold one value head's column blocks and share
 the normalization of its k window. The grid (`grid_size`) is as many blocks as the driver says fit at once (a
 persistent grid, each block staging its next item while it folds one), or, where the window is short and the
-work is many times the resident blocks, a block per few work units (the hardware's block scheduler then
+work is many times the resident blocks, blocks of a few work units (the hardware's block scheduler then
 balances what a static share leaves to the tail, and each block still stages its second unit while it folds
 its first; notes/perf.md, sessions 11 and 12); the kernel takes any grid.
 
