@@ -86,7 +86,7 @@ def test_pack_puts_each_runtime_argument_in_its_field():
         cuda_fold.pack(args[:-1], batch=2)
 
 
-def test_the_grid_is_a_block_per_few_work_units_only_for_short_windows_with_many_blocks_per_resident_one():
+def test_short_windows_with_enough_work_get_blocks_of_a_few_units_and_the_rest_a_persistent_grid():
     """grid_size: persistent (the resident blocks, or fewer where the work is less) unless the ring window is at
     most 6 steps (8 with a track slot) and blocks of auto_share units (half the window, at least 2) are at least
     AUTO_SHARE_MIN_WAVES times the resident blocks; a pinned grid is taken as given; an unknown one is refused
@@ -174,7 +174,7 @@ def _many_rows(batch):
 def test_gpu_bitwise_equals_decode(track, indices, grid):
     """Against the decode kernel token by token; the index vectors as the copy to int32 makes them, or as the
     server gives some of them (int64: its track slots) and as views 4 bytes off 16-byte alignment; on the
-    persistent grid and on a block per work unit."""
+    persistent grid, on a block per work unit and on a block per two."""
     cubin, _ = nvrtc.build_fold()
     kernels = cuda_fold.CudaKernels(cubin, "nvrtc", grid=grid)
     for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],

@@ -172,7 +172,7 @@ class CudaKernels:
         if grid not in GRIDS:
             raise ValueError(f"grid {grid!r} is not one of {', '.join(GRIDS)}")
         self.cubin, self.origin, self.columns = cubin, origin, columns  # columns: of this binary's layout
-        self.grid = grid  # benchmarks and the window sweep pin one of the two grids; serving uses auto
+        self.grid = grid  # benchmarks and the window sweep pin a grid; serving uses auto
         self._loaded = {}
         self._lock = threading.Lock()
 
