@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import timing
 from benchmarks.gpu_commit import cuda_choice
+from replayssm_overlay.kernels.cuda_fold import GRIDS
 
 
 def test_a_run_keeps_each_line_and_the_latest_results_as_it_goes(tmp_path, capsys):
@@ -39,12 +40,11 @@ def test_each_gpu_benchmark_reaches_the_timing_module_by_its_name():
 
 
 def test_a_cuda_choice_is_read_from_the_right_so_its_path_may_hold_colons():
-    grids = ("auto", "persistent", "per-item", "pairs")
-    assert cuda_choice("p=a:b/v.cubin:16:persistent", grids) == ("p", "a:b/v.cubin", 16, "persistent")
-    assert cuda_choice("v=x.cubin:8", grids) == ("v", "x.cubin", 8, "auto")
+    assert cuda_choice("p=a:b/v.cubin:16:persistent", GRIDS) == ("p", "a:b/v.cubin", 16, "persistent")
+    assert cuda_choice("v=x.cubin:8", GRIDS) == ("v", "x.cubin", 8, "auto")
     for bad in ("x.cubin:16", "v=x.cubin", "v=x.cubin:16:wide", "v=:16"):
         with pytest.raises(SystemExit, match="expected LABEL=CUBIN:COLUMNS"):
-            cuda_choice(bad, grids)
+            cuda_choice(bad, GRIDS)
 
 
 def test_the_sweep_gives_memcheck_every_window_and_each_axis_on_short_and_long_windows():
