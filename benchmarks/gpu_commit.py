@@ -17,6 +17,10 @@ kernel wrote):
             step's state, then SGLang's scatter of the last accepted step and of the track step).
 Eager time: wall = call to GPU done (synchronize before and after), host = call to return; medians of
 --calls calls rotating over 4 disjoint slot sets. Graph time: median CUDA-graph replay of the same call.
+The host breakdown times the entry point's pieces in turn (one call of each per round, so that a host that
+is slower for a while slows all alike), with the GPU idle before each call and after the host waited 2 ms
+for the GPU (as a server waits for the accept lengths), a trivial call among them, so that what the wait
+itself costs the next call is seen apart from the commit.
 Writes OUTDIR/commit_<triton>.json as it goes and prints a table last; exit 1 if any check fails.
 """
 
@@ -45,6 +49,7 @@ from replayssm_overlay.kernels import commit_plan, gdn_fold, launch, loader  # n
 SHAPES = {"35b": (30, 32, 16, 16), "397b-tp4": (45, 16, 4, 4)}
 K = V = 128
 CONV_WIDTH = 3  # conv kernel 4
+HOST_WAITS = {"idle": 0, "after 2 ms": 2000}  # GPU wait before each call of the host breakdown (us)
 RESULTS: dict = {"checks": [], "timing": [], "memory": []}
 RUN = timing.Run(RESULTS)  # the results folder: started in main
 log, save = RUN.log, RUN.save
@@ -319,20 +324,27 @@ def breakdown(choices, v4_path):
         torch.cuda.empty_cache()
     pool = Pool(L, HV, H, N, 1)
     lens = pool.lens("all", 0)
-    hosts = {}
-
-    def probe(name, fn):
-        hosts[name] = round(timing.eager_us(fn, pool.sets, 200)[1], 1)
-        log("host", name, hosts[name])
-
-    probe("torch.empty(1) on the GPU", lambda i: torch.empty(1, device="cuda"))
-    probe("commit_plan.indices x2", lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0)))
+    subjects = {"torch.empty(1) on the GPU": lambda i: torch.empty(1, device="cuda"),
+                "commit_plan.indices x2": lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0))}
+    for kind, artifacts in choices:
+        if kind in ("overlay-jit", "overlay-prebuilt", "overlay-cuda"):
+            for raw in (True, False) if kind == "overlay-prebuilt" else (True,):
+                launch.RAW = raw  # read when the plan prepares its launch
+                plan = commit_plan.CommitPlan(pool.ss, 1, False, fold.kernel_source(artifacts))
+                subjects[f"CommitPlan.run ({kind if raw else kind + '-runner'})"] = \
+                    lambda i, plan=plan: plan.run(pool.slots[i], lens)
+            launch.RAW = True
+    hosts = {name: {} for name in subjects}
+    for wait, us in HOST_WAITS.items():
+        for name, median in timing.host_us_interleaved(subjects, pool.sets, 200, us).items():
+            hosts[name][wait] = round(median, 1)
     for kind, artifacts in choices:
         if kind in ("overlay-prebuilt", "overlay-cuda"):
             use_choice(kind, artifacts)
-            plan = commit_plan.CommitPlan(pool.ss, 1, False, fold.kernel_source(artifacts))
-            probe(f"CommitPlan.run ({kind})", lambda i: plan.run(pool.slots[i], lens))
-            probe(f"fold_accepted_prefix ({kind})", lambda i: entry_commit(pool.ss, pool.slots[i], lens))
+            hosts[f"fold_accepted_prefix ({kind})"] = {"idle": round(timing.eager_us(
+                lambda i: entry_commit(pool.ss, pool.slots[i], lens), pool.sets, 200)[1], 1)}
+    for name, medians in hosts.items():
+        log("host", name, medians)
     RESULTS["host_breakdown"] = hosts
     save()
 

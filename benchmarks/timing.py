@@ -86,6 +86,40 @@ def eager_us(fn, sets: int, calls: int) -> tuple[float, float]:
     return statistics.median(walls) * 1e6, statistics.median(hosts) * 1e6
 
 
+def host_us_interleaved(fns: dict, sets: int, calls: int, gpu_wait_us: float = 0) -> dict:
+    """{name: median host microseconds} of `calls` eager calls of each of `fns` (name -> fn(i)), taken in
+    turn (one call of each, then the next round), so that a host that is slower for a while slows every
+    subject alike; the GPU idle before each call, or, with `gpu_wait_us`, the host having waited that long for
+    it (a sleep kernel, then a synchronize), as a server waits for the accept lengths before it commits."""
+    for fn in fns.values():
+        for i in range(max(3, sets)):
+            fn(i % sets)
+    torch.cuda.synchronize()
+    cycles = round(gpu_wait_us * _cycles_per_us()) if gpu_wait_us else 0
+    hosts = {name: [] for name in fns}
+    for c in range(calls):
+        for name, fn in fns.items():
+            if cycles:
+                torch.cuda._sleep(cycles)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn(c % sets)
+            hosts[name].append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return {name: statistics.median(times) * 1e6 for name, times in hosts.items()}
+
+
+def _cycles_per_us() -> float:
+    """GPU clock cycles of `torch.cuda._sleep` per microsecond, measured once (median of 5 sleeps of 1 ms)."""
+    if not _CYCLES_PER_US:
+        cycles = 2_000_000
+        _CYCLES_PER_US.append(cycles / event_us(lambda: torch.cuda._sleep(cycles), reps=5, warmup=1))
+    return _CYCLES_PER_US[0]
+
+
+_CYCLES_PER_US: list = []
+
+
 def event_us(fn, reps: int = 30, warmup: int = 5) -> float:
     """Median microseconds of `fn()` between two CUDA events on the current stream, after `warmup` calls (GPU
     time, launch included; no graph)."""
