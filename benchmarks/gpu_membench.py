@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "overlay"))
-from replayssm_overlay.kernels import cuda_fold, nvrtc  # noqa: E402
+from replayssm_overlay.kernels import cu_driver, cuda_fold, nvrtc  # noqa: E402
 
 from benchmarks import timing  # noqa: E402
 
@@ -46,7 +46,7 @@ class Probe(ctypes.Structure):
 def launcher(module, name: str, buffers: int, per_sm_built: int, probe: Probe, items: int | None = None):
     """A callable that launches probe `name` on the persistent grid the driver says fits (blocks per SM as
     built), or on one block per team item (`items`), and that grid."""
-    lib, check = cuda_fold.driver(), cuda_fold._check
+    lib, check = cu_driver.driver(), cu_driver.check
     fn = ctypes.c_void_p()
     check(lib.cuModuleGetFunction(ctypes.byref(fn), module, f"probe_{name}".encode()), name)
     shared = TEAM * buffers * TILE_FLOATS * 4 + TEAM * 16
@@ -78,9 +78,9 @@ def main() -> int:
     cubin = args.cubin.read_bytes() if args.cubin else nvrtc.compile_cubin(SOURCE.read_text(), [], "membench.cu")[0]
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # the primary context, which the driver calls below use
-    lib = cuda_fold.driver()
+    lib = cu_driver.driver()
     module = ctypes.c_void_p()
-    cuda_fold._check(lib.cuModuleLoadData(ctypes.byref(module), ctypes.create_string_buffer(cubin, len(cubin))), "load")
+    cu_driver.check(lib.cuModuleLoadData(ctypes.byref(module), ctypes.create_string_buffer(cubin, len(cubin))), "load")
 
     tiles = args.heads * 128 * 128 // TILE_FLOATS
     state = torch.randn(args.layers, args.pool, tiles, TILE_FLOATS, device="cuda")

@@ -29,6 +29,7 @@ import ctypes
 import threading
 
 from replayssm_overlay.kernels import gdn_fold
+from replayssm_overlay.kernels.cu_driver import CubinLaunch, CudaError, check as _check, driver
 
 KERNELS = {(2, False): "gdn_fold_conv2", (2, True): "gdn_fold_conv2_track", (4, False): "gdn_fold_conv4",
            (4, True): "gdn_fold_conv4_track"}  # (conv element bytes, track) -> entry point
@@ -54,29 +55,6 @@ class FoldArgs(ctypes.Structure):
     """`struct FoldArgs` of gdn_fold.cu, field for field."""
 
     _fields_ = [(name, ctypes.c_void_p) for name in _POINTERS] + [(name, ctypes.c_int32) for name in _INTS]
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed while loading the kernel (the caller falls back)."""
-
-
-_driver = None
-_driver_lock = threading.Lock()
-
-
-def driver() -> ctypes.CDLL:
-    global _driver
-    with _driver_lock:
-        if _driver is None:
-            _driver = ctypes.CDLL("libcuda.so.1")
-    return _driver
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        name = ctypes.c_char_p()
-        driver().cuGetErrorName(rc, ctypes.byref(name))
-        raise CudaError(f"{what}: {name.value.decode() if name.value else rc}")
 
 
 class LoadedFold:
@@ -207,17 +185,13 @@ def _launcher(fold, function, programs: int, threads: int, shared: int, packed, 
     """The prepared launch: `launch.commit(slots, lens, track_slots, track_steps)` per commit (None track
     vectors: the kernel without a track slot ignores them), `launch(*runtime)` with the Triton kernel's runtime
     arguments (tests and benchmarks). Every argument of cuLaunchKernel but the stream is a ctypes value made
-    here, so a call converts nothing (about 1 us less than argtypes on each launch)."""
+    here (`cu_driver.CubinLaunch`), so a call converts nothing (about 1 us less than argtypes on each launch)."""
     import torch
 
     from replayssm_overlay.kernels.commit_plan import indices
 
-    params = (ctypes.c_void_p * 1)(ctypes.addressof(packed))
-    stream = ctypes.c_void_p()
-    head = (function, ctypes.c_uint(programs), ctypes.c_uint(1), ctypes.c_uint(1),
-            ctypes.c_uint(threads), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(shared), stream, params, None)
-    launch_kernel, stream_of, int32, int64 = driver()["cuLaunchKernel"], torch._C._cuda_getCurrentRawStream, \
-        torch.int32, torch.int64
+    queue = CubinLaunch(function, (programs,), threads, shared, packed, device_index)  # the struct is the buffer
+    int32, int64 = torch.int32, torch.int64
 
     def commit(slots, lens, track_slots=None, track_steps=None):
         slots_at, wide, slots = given_index(slots, device_index, int32, int64, indices)
@@ -231,16 +205,13 @@ def _launcher(fold, function, programs: int, threads: int, shared: int, packed, 
             wide |= wide_track << 2 | wide_steps << 3
         packed.slots, packed.accept_lens, packed.track_slots, packed.track_steps = slots_at, lens_at, track_at, steps_at
         packed.wide_indices = wide
-        stream.value = stream_of(device_index)
-        rc = launch_kernel(*head)  # the index tensors (or their copies) are alive until the launch is queued
-        if rc != 0:
-            _check(rc, "cuLaunchKernel")
+        queue()  # the index tensors (or their copies) are alive until the launch is queued
 
     def launch(*runtime):
         commit(*runtime[7:11])
 
     launch.commit = commit
-    launch.keep = (packed, params, fold)  # the struct and the module live as long as the launch
+    launch.keep = (queue, fold)  # the struct and the module live as long as the launch
     return launch
 
 
