@@ -27,6 +27,8 @@ from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
 
 FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES)
 _INT32, _INT64 = torch.int32, torch.int64
+_INDEX_POSITIONS = tuple(list(gdn_fold.fold_signature("bf16")).index(name)  # what a commit passes the fold
+                         for name in ("slots", "accept_lens", "track_slots", "track_steps"))
 
 
 def readable(tensor, dtype, device_index: int) -> bool:
@@ -65,25 +67,26 @@ class CommitPlan:
             raise conv_rollback.ConvShapeNotSupported(
                 f"{len(spec_state.conv)} conv states (the commit's kernel rolls back exactly one, as GDN pools have)")
         conv_src, conv_dst, conv_ints = gdn_fold.conv_args(state, spec_state.conv[0], spec_state.intermediate_conv_window[0])
-        self._head = (*pool[:3], conv_src, conv_dst, *pool[3:])
-        self._ints = (*fold_ints, *conv_ints)
+        head, ints = (*pool[:3], conv_src, conv_dst, *pool[3:]), (*fold_ints, *conv_ints)
         example = torch.zeros(batch, dtype=torch.int32, device=state.device)
         constexprs = gdn_fold.fold_constexprs(has_track, kernels.tree_numpy if tree_numpy is None else tree_numpy)
 
         def prepare(track_dtype):  # the launch for int32 slots and accept lengths and track vectors of track_dtype
             track = torch.zeros(batch, dtype=track_dtype, device=state.device)
             return kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
-                                   (*self._head, example, example, track, track, *self._ints), constexprs,
+                                   (*head, example, example, track, track, *ints), constexprs,
                                    FOLD_OPTIONS, self.device_index)
 
-        self._fold = prepare(_INT32)
-        self._commit = getattr(self._fold, "commit", None)  # the CUDA kernel's: index tensors only
-        self._fold_wide = None  # the Triton kernel's launch for int64 track vectors, where a binary has it
-        if has_track and self._commit is None:
-            try:
-                self._fold_wide = prepare(_INT64)
-            except loader.ArtifactRefused:  # a folder without that binary (another provider's): copies, as before
-                pass
+        fold = prepare(_INT32)
+        self._commit = getattr(fold, "commit", None)  # the CUDA kernel's: index tensors only
+        self._fold = self._fold_wide = None  # the Triton kernel's: int32 index vectors; int64 track vectors
+        if self._commit is None:
+            self._fold = fold.taking(*_INDEX_POSITIONS)
+            if has_track:
+                try:
+                    self._fold_wide = prepare(_INT64).taking(*_INDEX_POSITIONS)
+                except loader.ArtifactRefused:  # a folder without that binary (another provider's): copies, as before
+                    pass
 
     def matches(self, spec_state) -> bool:
         """Still the pool this plan was made for (same tensor objects)."""
@@ -103,12 +106,11 @@ class CommitPlan:
         if self.has_track:
             if (self._fold_wide is not None and readable(track_slots, _INT64, device)
                     and readable(track_steps, _INT64, device)):
-                self._fold_wide(*self._head, slots, accept_lens, track_slots, track_steps, *self._ints)
+                self._fold_wide(slots, accept_lens, track_slots, track_steps)
             else:
-                self._fold(*self._head, slots, accept_lens, indices(track_slots, device), indices(track_steps, device),
-                           *self._ints)
+                self._fold(slots, accept_lens, indices(track_slots, device), indices(track_steps, device))
         else:
-            self._fold(*self._head, slots, accept_lens, slots, accept_lens, *self._ints)
+            self._fold(slots, accept_lens, slots, accept_lens)
 
 
 def describe_pool(spec_state) -> dict:
