@@ -211,9 +211,11 @@ class Pool:
 
 
 def peak_bytes(fn):
+    """Bytes one call allocates above what was allocated before it. The peak is reset before the base is read:
+    a tensor freed between the two (Python's cycle collector runs on any allocation) made it read negative."""
     torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
     fn(0)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
