@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import sys
 import time
@@ -211,14 +212,19 @@ class Pool:
 
 
 def peak_bytes(fn):
-    """Bytes one call allocates above what was allocated before it. The peak is reset before the base is read:
-    a tensor freed between the two (Python's cycle collector runs on any allocation) made it read negative."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn(0)
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
+    """Bytes one call allocates above what was allocated before it, with Python's cycle collector held off:
+    a tensor it freed between reading the base and resetting the peak made this read negative."""
+    gc.collect()
+    gc.disable()
+    try:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn(0)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    finally:
+        gc.enable()
 
 
 def timing_rows(quick):
