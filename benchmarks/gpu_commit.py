@@ -297,8 +297,9 @@ def cuda_fold_only(source, ss, slot_sets, lens):
 
 def breakdown(choices, v4_path):
     """At the 35b shape, T=16, all accepted: CUDA-graph time of each piece alone (our fold without conv in
-    the v4 kernel of the last release if given, SGLang's fold and conv scatter), and
-    the host time of the entry point's pieces (median of 200 calls, synchronized before each)."""
+    the v4 kernel of the last release if given, SGLang's fold and conv scatter), and the host time of the
+    entry point's pieces (medians of 200 calls taken in turn, idle and after a 2 ms GPU wait; the whole entry
+    point idle, 200 calls of each choice in a row)."""
     L, HV, H, N = SHAPES["35b"]
     for B in (1, 8):
         pool = Pool(L, HV, H, N, B)
