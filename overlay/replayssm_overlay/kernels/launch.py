@@ -84,8 +84,8 @@ class RawLaunch(Prepared):
         self._queue()
 
     def taking(self, *positions):
-        values, queue, fallback = [self._values[p] for p in positions], self._queue, super().taking(*positions)
-        runtime = self._runtime
+        values, queue, runtime = [self._values[p] for p in positions], self._queue, self._runtime
+        fallback = Prepared(self.args, self._fallback).taking(*positions)  # Triton's runner, the others as prepared
         if not all(isinstance(v, ctypes.c_void_p) for v in values):
             raise TypeError(f"positions {positions}: a raw launch takes pointer arguments only")
 
