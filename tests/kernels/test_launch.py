@@ -1,8 +1,9 @@
 """How a prepared Triton kernel is launched (kernels/launch.py): raw, through `cuLaunchKernel` with one
 parameter buffer laid out at the offsets the driver reports, only where the binary's signature and those
-parameters agree, and a commit rewrites only its index vectors. CPU tests use a stand-in for Triton's CompiledKernel and for the
-driver's launch (no GPU here); on a GPU (marked `gpu`) the raw launch of the JIT's binary is checked bitwise
-against Triton's own runner and against SGLang's decode kernel run token by token."""
+parameters agree, and a commit rewrites only its index vectors. CPU tests use a stand-in for Triton's
+CompiledKernel and for the driver's launch (no GPU here); on a GPU (marked `gpu`) the raw launch of the
+JIT's binary is checked bitwise against Triton's own runner and against SGLang's decode kernel run token
+by token."""
 
 import ctypes
 import struct

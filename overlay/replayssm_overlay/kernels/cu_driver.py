@@ -8,8 +8,8 @@ overlay's own launches go through here, with the kernel's parameters as one buff
 kernel's (`cuda_fold`: the buffer is its argument struct) and the Triton binaries' (`launch`: the buffer
 laid out at the offsets the driver reports). A `CubinLaunch` holds everything `cuLaunchKernel` takes but
 the stream as ctypes values, so a launch converts nothing; its caller writes the changed parameters into
-the buffer, then calls it. Capture into a CUDA graph
-records it like any launch on the current stream (the parameters are copied when the launch is queued).
+the buffer, then calls it. Capture into a CUDA graph records it like any launch on the current stream (the
+parameters are copied when the launch is queued).
 """
 
 from __future__ import annotations
