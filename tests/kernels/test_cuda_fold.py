@@ -228,10 +228,17 @@ def test_gpu_the_host_reads_the_team_from_the_cubin_and_refuses_narrower_pools()
         kernels.loaded(device).programs((2, False), 1 << 20)  # 1 MiB of shared memory per block
 
 
-@pytest.mark.parametrize("prefetch", [2, 4])
-def test_a_step_unroll_that_nvvm_compiles_without_a_remainder_loop_does_not_build(prefetch):
-    """NVRTC 13.0 compiles the step loop unrolled by 3 or 5 (PREFETCH 2 or 4) with no remainder: it runs up to
-    4 steps past the accepted ones, reads past the block's shared memory (the PREFETCH=2 build crashed on an
-    H200) and folds extra steps. The source refuses such a build instead of making one (notes/perf.md)."""
+def test_a_layout_whose_warp_is_not_16_columns_wide_does_not_build():
+    """The raw v window spreads one step's 8 bf16 pairs over 8 lanes: a layout of 8 columns per warp (2 columns
+    a thread, 8 lanes per column group) would shuffle another step's v into the fold, so the source refuses it."""
+    with pytest.raises(OverlayError, match="8 bf16 pairs per step"):
+        nvrtc.compile_cubin(SOURCE, ["-DCQ=2", "-DLANE_A_BITS=3"])
+
+
+@pytest.mark.parametrize("unroll", [3, 5])
+def test_a_step_unroll_that_nvvm_compiles_without_a_remainder_loop_does_not_build(unroll):
+    """NVRTC 13.0 compiles the step loop unrolled by 3 or 5 with no remainder: it runs up to 4 steps past the
+    accepted ones, reads past the block's shared memory (the unroll-3 build of session 8 crashed on an H200)
+    and folds extra steps. The source refuses such a build instead of making one (notes/perf.md)."""
     with pytest.raises(OverlayError, match="power of two"):
-        nvrtc.compile_cubin(SOURCE, [f"-DPREFETCH={prefetch}"])
+        nvrtc.compile_cubin(SOURCE, [f"-DSTEP_UNROLL={unroll}"])

@@ -11,9 +11,9 @@
 //     (cp.async.bulk on an mbarrier) of its next 8 KB state tile into shared memory is in flight while it
 //     folds the current one from registers;
 //   - each step's k is l2-normalized once per team (4 k per lane, the steps dealt round the warps) into
-//     shared memory, the next item's while this one folds, and read back broadcast; the raw v of the next
-//     PREFETCH steps is in flight while a step computes (the step loop is unrolled so that the queue of
-//     loads is never moved between registers);
+//     shared memory, the next item's while this one folds, and read back broadcast; the raw v of 16 steps is
+//     loaded at once, spread over the lanes, and a step's is shuffled out of it; each step's decay is
+//     computed once per item, by the lane of that step;
 //   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit);
 //   - a block walks its items with a mixed-radix cursor (no division per item), and prefetches the next
 //     item's gates and raw v rows into L2 while it folds the current one.
@@ -29,7 +29,8 @@
 // bits inside the thread (depth first: see the step loop) and i ^ (NA / 2) .. i ^ 1 are shuffles.
 // The build (nvrtc.py) uses the defaults below: NA = 8 lanes x 4 columns, 16 k x 4 columns = 64 state values
 // per thread, 16 columns per item, teams of 4 warps, 16 warps per SM (12 with a track slot); notes/perf.md
-// has the other layouts measured.
+// has the other layouts measured. A warp's raw v window (VWin) needs 16 columns per item: NA = 4 lanes x 2
+// columns also builds, layouts of other widths do not.
 //
 // Shapes (per tensor-parallel rank, as gdn_fold.py): state [L, S, HV, V, K] fp32 (k fastest), rawv
 // [L, S, HV, RL, V] bf16, rawk [L, S, H, RL, K] bf16, gate/beta [L, S, HV, RL] fp32, conv dst [L, S, dim, W]
@@ -332,7 +333,7 @@ template <int HELD>
 struct KShare {
   const unsigned short* p;  // this lane's 4 raw k of step 0
   int steps;                // the item's steps to fold (its accepted ones, at most RL)
-  uint2 k[HELD];
+  uint2 k[HELD > 0 ? HELD : 1];  // HELD 0: none held (the rest-of-window loop loads them all)
 };
 
 // the step of round j of warp's share: warp + j NT, or the item's last where that is past it (a warp redoes
@@ -370,33 +371,41 @@ __device__ __forceinline__ void normalize_share(const KShare<HELD>& s, float* kn
   }
 }
 
-#ifndef PREFETCH
-#define PREFETCH 3  // steps of raw v in flight ahead of the one computing
+// The step loop is unrolled by 4: its copies then know t % 4, the register that holds their step's raw v
+// (VWin). Unrolled by 3 or 5, NVVM (NVRTC 13.0 and 12.9) compiles this loop, whose trip count is a min(), with
+// no remainder: it runs a multiple of the unroll, up to 4 steps past the accepted ones, reading k rows past
+// the buffers (past the block's shared memory: the PREFETCH=2 build's crash, notes/perf.md session 9) and, at
+// windows of 31 or more, shuffling the gates of lane t % 32. Unrolls by 2, 4 and 8 keep their remainder (a
+// loop; at 2 one peeled step) under both (the PTX and SASS, notes/perf.md).
+#ifndef STEP_UNROLL
+#define STEP_UNROLL 4
 #endif
-// The step loop is unrolled by the queue's length, so that the queue's shift is a renaming of registers: a
-// shift by moves waits for the load issued in the same step (a memory latency per step: notes/perf.md v7)
-#define STEP_UNROLL (PREFETCH + 1)
-// Unrolled by 3 or 5, NVVM (NVRTC 13.0 and 12.9) compiles this loop, whose trip count is a min(), with no
-// remainder: it runs a multiple of the unroll, up to 4 steps past the accepted ones, reading k rows past the
-// buffers (past the block's shared memory: the PREFETCH=2 build's crash) and, at windows of 31 or more,
-// shuffling the gates of lane t % 32. Unrolls by 2, 4 and 8 keep their remainder (a loop; at 2 one peeled
-// step) under both (the PTX and SASS, notes/perf.md).
-static_assert((STEP_UNROLL & (STEP_UNROLL - 1)) == 0, "PREFETCH + 1 must be a power of two (see above)");
+static_assert((STEP_UNROLL & (STEP_UNROLL - 1)) == 0, "STEP_UNROLL must be a power of two (see above)");
 
-struct VRaw {  // one step's raw v of a thread's CQ columns (bf16 pairs)
-  unsigned x[CQ / 2];
+// A warp's raw v of 16 steps, spread over its lanes: a step's 16 columns are 8 bf16 pairs, and lane s holds,
+// in register r, pair s % 8 of step 16 c + 4 (s / 8) + r (chunk c of the window; rows past the last accepted
+// read the last accepted one). A step's pairs are then one shuffle each, where a load per step needed its
+// 64-bit address (7 instructions) and a queue of registers.
+static_assert(COLS == 16, "VWin holds 8 bf16 pairs per step");
+struct VWin {
+  unsigned w[4];
 };
 
-__device__ __forceinline__ VRaw load_v(const unsigned short* p) {
-  VRaw r;
-#if CQ == 4
-  const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
-  r.x[0] = w.x;
-  r.x[1] = w.y;
-#else
-  r.x[0] = __ldg(reinterpret_cast<const unsigned*>(p));
-#endif
+__device__ __forceinline__ VWin load_vwin(const unsigned short* p_v, int V, int first, int last) {
+  const int lane = threadIdx.x & 31;
+  VWin r;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    r.w[j] = __ldg(reinterpret_cast<const unsigned*>(p_v + (long long)min(first + 4 * (lane >> 3) + j, last) * V) +
+                   (lane & 7));
   return r;
+}
+
+// bf16 pair `pair` of step t (every lane asks for step t: the register is the same in all of them)
+__device__ __forceinline__ unsigned v_pair(const VWin& v, int t, int pair) {
+  const int r = t & 3;  // a constant in the unrolled loop's copies, selects in its remainder
+  const unsigned w = r == 0 ? v.w[0] : r == 1 ? v.w[1] : r == 2 ? v.w[2] : v.w[3];
+  return __shfl_sync(0xffffffffu, w, 8 * ((t >> 2) & 3) + pair);
 }
 
 // lane t < the next item's steps: its gates of step t and this warp's raw v row of step t into L2 while this
@@ -424,17 +433,14 @@ __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, con
   const long long slot = x.slot;
   const int n_commit = min(x.accepted, a.RL);
   const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
-                                        (long long)x.hv * a.RL) * a.V + block * COLS + CQ * pair;
+                                        (long long)x.hv * a.RL) * a.V + block * COLS;
   const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL;
   float g_lane = 0.f, beta_lane = 0.f;  // lane t holds step t's gates
   if (lane < n_commit) {
     g_lane = __ldg(a.gate + gb + lane);
     beta_lane = __ldg(a.beta + gb + lane);
   }
-  // raw v of steps 0 .. PREFETCH (clamped to the last accepted step: loads past it are not used)
-  VRaw vq[PREFETCH + 1];
-#pragma unroll
-  for (int d = 0; d <= PREFETCH; ++d) vq[d] = load_v(p_v + min(d, n_commit - 1) * a.V);
+  VWin vw = load_vwin(p_v, a.V, 0, n_commit - 1);  // steps 0 .. 15
   int track_step = -1;
   long long track_slot = -1;
   if (HAS_TRACK) {
@@ -450,23 +456,25 @@ __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, con
     for (int m = 0; m < MG; ++m) h[q][m] = lds4(smem_addr(sm.tile + (CQ * pair + q) * K_DIM + 4 * (m * NA + asub)));
   __syncwarp();
   if (lane == 0 && has_next) stage_item<NT>(a, sm, next);  // into the tile just read
-  float decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, 0));  // each step's, one step early
+  // lane t: step t's decay, computed once per item (the same instructions on the same g: the same bits), then
+  // shuffled to every lane one step early
+  const float decay_lane = decay_of(g_lane);
+  float decay_next = __shfl_sync(0xffffffffu, decay_lane, 0);
 
 #pragma unroll STEP_UNROLL
   for (int t = 0; t < n_commit; ++t) {
     const unsigned kb = kw + t * (K_DIM * 4);  // this lane's first group of step t's k
+    if (t > 0 && (t & 15) == 0) vw = load_vwin(p_v, a.V, t, n_commit - 1);  // windows past 16 steps
     float vr[CQ];
 #pragma unroll
     for (int q = 0; q < CQ; q += 2) {
-      vr[q] = bf16_lo(vq[0].x[q / 2]);
-      vr[q + 1] = bf16_hi(vq[0].x[q / 2]);
+      const unsigned w = v_pair(vw, t, (CQ / 2) * pair + q / 2);
+      vr[q] = bf16_lo(w);
+      vr[q + 1] = bf16_hi(w);
     }
-#pragma unroll
-    for (int d = 0; d < PREFETCH; ++d) vq[d] = vq[d + 1];
-    vq[PREFETCH] = load_v(p_v + min(t + 1 + PREFETCH, n_commit - 1) * a.V);
     const float b = __shfl_sync(0xffffffffu, beta_lane, t);
     const float decay = decay_next;
-    decay_next = decay_of(__shfl_sync(0xffffffffu, g_lane, t + 1));  // past the window: unused
+    decay_next = __shfl_sync(0xffffffffu, decay_lane, t + 1);  // past the window: unused
 
     // h *= exp(g); d = h^T k per column, the tree above evaluated depth first: x's bits reversed are m, and
     // part[q][l] holds the pending sum of level l (a binary counter's carries are the tree's additions)
