@@ -333,7 +333,7 @@ template <int HELD>
 struct KShare {
   const unsigned short* p;  // this lane's 4 raw k of step 0
   int steps;                // the item's steps to fold (its accepted ones, at most RL)
-  uint2 k[HELD > 0 ? HELD : 1];  // HELD 0: none held (the rest-of-window loop loads them all)
+  uint2 k[HELD];
 };
 
 // the step of round j of warp's share: warp + j NT, or the item's last where that is past it (a warp redoes
