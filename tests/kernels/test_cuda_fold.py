@@ -181,7 +181,7 @@ def test_gpu_bitwise_equals_decode(track, indices, grid):
                                      num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
                                 dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],
                                      num_slots=9, track=([1, 8, -1, -1, 3], [7, 0, -1, -1, 8])),
-                                # a window past the raw k a warp holds for its share (4 warps x SHARE_HELD steps)
+                                # a window past the raw k the warps hold for their shares (4 warps x SHARE_HELD rounds of 4 steps)
                                 dict(L=2, HV=4, H=2, V=128, N=32, slots=[1, 2], accept_lens=[32, 21], num_slots=4,
                                      track=([3, -1], [30, -1])),
                                 _many_rows(40), _many_rows(70))):

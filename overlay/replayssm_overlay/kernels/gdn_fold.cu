@@ -10,8 +10,8 @@
 //     cuda_fold.grid_size): each warp folds one column block of the team's value head, and the bulk copy
 //     (cp.async.bulk on an mbarrier) of its next 8 KB state tile into shared memory is in flight while it
 //     folds the current one from registers;
-//   - each step's k is l2-normalized once per team (4 k per lane, the steps dealt round the warps) into
-//     shared memory, the next item's while this one folds, and read back broadcast; the raw v of 16 steps is
+//   - each step's k is l2-normalized once per team (8 lanes a step, rounds of 4 steps dealt round the warps)
+//     into shared memory, the next item's while this one folds, and read back broadcast; the raw v of 16 steps is
 //     loaded at once, spread over the lanes, and a step's is shuffled out of it; each step's decay is
 //     computed once per item, by the lane of that step;
 //   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit);
@@ -23,8 +23,9 @@
 //
 // The reduction tree (decode kernel, K = 128, Triton 3.6 and 3.7; gdn_fold.py says how it was read): with
 // k = 4 i + j, each sum over k is a chain per group i, fma(x3,y3, fma(x2,y2, fma(x0,y0, x1*y1))), then a
-// butterfly over i pairing i ^ 16, ^ 8, ^ 4, ^ 2, ^ 1 in that order. The norm: lane l holds group i = l, so
-// its butterfly is the shuffles 16 .. 1. The fold: lane l holds the groups i = NA m + (l % NA), m < MG, of
+// butterfly over i pairing i ^ 16, ^ 8, ^ 4, ^ 2, ^ 1 in that order. The norm: lane l holds the groups
+// i = l % 8 + 8 m, m < 4, of one step, so i ^ 16 and i ^ 8 are inside the thread and i ^ 4 .. i ^ 1 shuffles
+// (NORM_LANES). The fold: lane l holds the groups i = NA m + (l % NA), m < MG, of
 // the CQ columns CQ (l / NA) .. CQ (l / NA) + CQ - 1 of its item, so the levels i ^ 16 .. i ^ NA pair m's
 // bits inside the thread (depth first: see the step loop) and i ^ (NA / 2) .. i ^ 1 are shuffles.
 // The build (nvrtc.py) uses the defaults below: NA = 8 lanes x 4 columns, 16 k x 4 columns = 64 state values
@@ -67,10 +68,10 @@
 #define COLS (CQ * 32 / NA)                // columns per fold item (one warp)
 #define TILE_FLOATS (COLS * K_DIM)         // contiguous in the state
 #ifndef SHARE_HELD
-#define SHARE_HELD 4                       // steps of its share of the next item's raw k a warp holds while it folds
-#endif
+#define SHARE_HELD 1                       // rounds (4 steps) of its share of the next item's raw k a warp holds
+#endif                                     // while it folds
 #ifndef SHARE_HELD_TRACK
-#define SHARE_HELD_TRACK 1                 // the same with a track slot (at 2 they spill)
+#define SHARE_HELD_TRACK 1                 // the same with a track slot
 #endif
 
 // the warps per block of the kernels without and with a track slot, for the host (cuda_fold.LoadedFold)
@@ -315,60 +316,93 @@ __device__ __forceinline__ float4 lds4(unsigned addr) {
   return v;
 }
 
-// k / sqrt(sum k^2 + 1e-6) of one step (lane l: its raw k[4l .. 4l+3]) into the knorm row `out`
-__device__ __forceinline__ void normalize_k(uint2 w, float* out) {
-  const int lane = threadIdx.x & 31;
-  const float4 k = make_float4(bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y));
-  float ss = chain4(k, k);
-#pragma unroll
-  for (int o = 16; o >= 1; o >>= 1) ss = add_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
-  const float r = div_full(1.0f, sqrt_approx_ftz(add_rn(ss, 1e-6f)));
-  *reinterpret_cast<float4*>(out + 4 * lane) = make_float4(mul_rn(k.x, r), mul_rn(k.y, r), mul_rn(k.z, r), mul_rn(k.w, r));
-}
+// The normalization's layout: 8 lanes a step, so a warp normalizes 4 steps at once (a round). Lane l takes
+// step l / 8 of the round and the groups i = l % 8 + 8 m, m < 4, of its k (16 values): the norm's levels
+// i ^ 16 and i ^ 8 pair m's bits inside the thread (m ^ 2, then m ^ 1) and i ^ 4 .. i ^ 1 are shuffles. (One
+// step a warp, a group a lane, took 5 dependent shuffles a step and ~35 instructions; this is 3 shuffles for
+// 4 steps, ~19 instructions a step.)
+#define NORM_STEPS 4   // steps a warp normalizes at once
+#define NORM_LANES 8   // lanes a step
+#define NORM_GROUPS 4  // groups of 4 k a lane: 32 / NORM_LANES
 
-// A warp's share of the normalization of one item's k window (the team's warps normalize its steps warp,
-// warp + NT, ... into the block's buffer): the raw k of the first SHARE_HELD of them is loaded when the item
-// is known, a whole item ahead, and held while the warp folds the item before it.
-template <int HELD>
-struct KShare {
-  const unsigned short* p;  // this lane's 4 raw k of step 0
-  int steps;                // the item's steps to fold (its accepted ones, at most RL)
-  uint2 k[HELD];
+struct KRaw {  // this lane's raw k of one round: groups l % 8 + 8 m
+  uint2 w[NORM_GROUPS];
 };
 
-// the step of round j of warp's share: warp + j NT, or the item's last where that is past it (a warp redoes
-// the last step rather than skip a round, so that no branch around the norm's shuffles depends on the warp)
+// this lane's raw k of one step (`row`: the step's row at this lane's first group)
+__device__ __forceinline__ KRaw load_kraw(const unsigned short* row) {
+  KRaw r;
+#pragma unroll
+  for (int m = 0; m < NORM_GROUPS; ++m) r.w[m] = __ldg(reinterpret_cast<const uint2*>(row + 4 * NORM_LANES * m));
+  return r;
+}
+
+// k / sqrt(sum k^2 + 1e-6) of this lane's step (its 8 lanes: the whole row) into the knorm row `out`
+__device__ __forceinline__ void normalize_k(const KRaw& raw, float* out) {
+  const int g = threadIdx.x & (NORM_LANES - 1);
+  float4 k[NORM_GROUPS];
+  float c[NORM_GROUPS];
+#pragma unroll
+  for (int m = 0; m < NORM_GROUPS; ++m) {
+    k[m] = make_float4(bf16_lo(raw.w[m].x), bf16_hi(raw.w[m].x), bf16_lo(raw.w[m].y), bf16_hi(raw.w[m].y));
+    c[m] = chain4(k[m], k[m]);
+  }
+  float ss = add_rn(add_rn(c[0], c[2]), add_rn(c[1], c[3]));  // i ^ 16, then i ^ 8
+#pragma unroll
+  for (int o = NORM_LANES >> 1; o >= 1; o >>= 1) ss = add_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));  // .., i ^ 1
+  const float r = div_full(1.0f, sqrt_approx_ftz(add_rn(ss, 1e-6f)));
+#pragma unroll
+  for (int m = 0; m < NORM_GROUPS; ++m)
+    *reinterpret_cast<float4*>(out + 4 * (g + NORM_LANES * m)) =
+        make_float4(mul_rn(k[m].x, r), mul_rn(k[m].y, r), mul_rn(k[m].z, r), mul_rn(k[m].w, r));
+}
+
+// A warp's share of the normalization of one item's k window: the team's warps take its rounds warp, warp +
+// NT, ... into the block's buffer. The raw k of the first HELD of them (a round is 8 registers) is loaded when
+// the item is known, a whole item ahead, and held while the warp folds the item before it.
+template <int HELD>
+struct KShare {
+  const unsigned short* p;  // this lane's raw k of step 0
+  int steps;                // the item's steps to fold (its accepted ones, at most RL)
+  KRaw k[HELD > 0 ? HELD : 1];
+};
+
+// this lane's step in round j of warp's share, or the item's last where that is past it (a lane redoes the last
+// step rather than skip it, so that no branch around the norm's shuffles depends on the lane)
 template <int NT>
-__device__ __forceinline__ int share_step(int warp, int j, int steps) { return min(warp + j * NT, steps - 1); }
+__device__ __forceinline__ int share_step(int warp, int j, int steps) {
+  return min(NORM_STEPS * (warp + j * NT) + (int)((threadIdx.x & 31) / NORM_LANES), steps - 1);
+}
+// (decided by a vote: the same in every lane, and the compiler then knows the norm's shuffles are converged; a
+// per-lane condition made it guard them against divergence and keep the item cursor out of uniform registers)
+template <int NT>
+__device__ __forceinline__ bool share_round(int warp, int j, int steps) {
+  return __any_sync(0xffffffffu, NORM_STEPS * (warp + j * NT) < steps);
+}
 
 template <int NT, int HELD>
 __device__ __forceinline__ KShare<HELD> load_share(const FoldArgs& a, const Item& x, int warp) {
   KShare<HELD> s;
   s.p = a.rawk + ((long long)x.layer * a.rawk_layer_rows + (long long)x.slot * a.rawk_slot_rows +
-                  (long long)x.kh * a.RL) * K_DIM + 4 * (threadIdx.x & 31);
+                  (long long)x.kh * a.RL) * K_DIM + 4 * (threadIdx.x & (NORM_LANES - 1));
   s.steps = min(x.accepted, a.RL);  // at least 1: next_item skips rows that fold nothing
 #pragma unroll
-  for (int j = 0; j < HELD; ++j)
-    s.k[j] = __ldg(reinterpret_cast<const uint2*>(s.p + share_step<NT>(warp, j, s.steps) * K_DIM));
+  for (int j = 0; j < HELD; ++j) s.k[j] = load_kraw(s.p + share_step<NT>(warp, j, s.steps) * K_DIM);
   return s;
 }
 
-// Round j normalizes share_step(warp, j) of each warp while round j is within the item (a redone step writes
-// the same values into the same row). The rest of a long window (past HELD rounds) is loaded here, 4 rounds at
-// a time: the fold's registers are free.
+// Round j normalizes share_step(warp, j) of each lane while round j is within the item (a redone step writes
+// the same values into the same row). The rounds past HELD (windows past NT NORM_STEPS HELD steps; RL <= 32,
+// the host checks) are loaded here: the fold's registers are free.
 template <int NT, int HELD>
 __device__ __forceinline__ void normalize_share(const KShare<HELD>& s, float* knorm, int warp) {
+  constexpr int ROUNDS = (32 + NORM_STEPS * NT - 1) / (NORM_STEPS * NT);
 #pragma unroll
-  for (int j = 0; j < HELD; ++j)
-    if (j * NT < s.steps) normalize_k(s.k[j], knorm + share_step<NT>(warp, j, s.steps) * K_DIM);
-  for (int j0 = HELD; j0 * NT < s.steps; j0 += 4) {
-    uint2 w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = __ldg(reinterpret_cast<const uint2*>(s.p + share_step<NT>(warp, j0 + j, s.steps) * K_DIM));
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if ((j0 + j) * NT < s.steps) normalize_k(w[j], knorm + share_step<NT>(warp, j0 + j, s.steps) * K_DIM);
-  }
+  for (int j = 0; j < ROUNDS; ++j)
+    if (share_round<NT>(warp, j, s.steps)) {
+      const int step = share_step<NT>(warp, j, s.steps);
+      normalize_k(j < HELD ? s.k[j] : load_kraw(s.p + step * K_DIM), knorm + step * K_DIM);
+    }
 }
 
 // The step loop is unrolled by 4: its copies then know t % 4, the register that holds their step's raw v
