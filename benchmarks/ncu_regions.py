@@ -7,7 +7,7 @@ warps spend their cycles; grouping them by loop makes two profiles comparable ev
 addresses differ. Runs anywhere (no GPU): it reads the profile's source page and the profiled cubin.
 
     ncu --clock-control none -k regex:gdn_fold -s 1 -c 1 --section WarpStateStats --section SourceCounters \\
-        -o prof python3 benchmarks/profile_fold.py
+        -o prof python3 benchmarks/profile_fold.py --cuda gdn_fold.cubin
     ncu -i prof.ncu-rep --page source --csv --print-source sass > prof.csv
     python3 benchmarks/ncu_regions.py --csv prof.csv --cubin gdn_fold.cubin [--json out.json]
 
