@@ -12,8 +12,8 @@ addresses differ. Runs anywhere (no GPU): it reads the profile's source page and
     python3 benchmarks/ncu_regions.py --csv prof.csv --cubin gdn_fold.cubin [--json out.json]
 
 The regions, from the cubin's loops (a backward branch closes a loop): the step loop and its remainder are
-the two innermost loops with the most FFMAs, the item loop the smallest loop that contains both; "setup" is what runs before the item loop (conv units, the first item), "per-item" the
-item loop less the step loops.
+the two innermost loops with the most FFMAs, the item loop the smallest loop that contains both; "setup" is
+what runs before the item loop (conv units, the first item), "per-item" the item loop less the step loops.
 """
 
 from __future__ import annotations

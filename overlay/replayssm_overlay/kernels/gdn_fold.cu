@@ -321,9 +321,10 @@ __device__ __forceinline__ float4 lds4(unsigned addr) {
 // i ^ 16 and i ^ 8 pair m's bits inside the thread (m ^ 2, then m ^ 1) and i ^ 4 .. i ^ 1 are shuffles. (One
 // step a warp, a group a lane, took 5 dependent shuffles a step and ~35 instructions; this is 3 shuffles for
 // 4 steps, ~19 instructions a step.)
-#define NORM_STEPS 4   // steps a warp normalizes at once
-#define NORM_LANES 8   // lanes a step
-#define NORM_GROUPS 4  // groups of 4 k a lane: 32 / NORM_LANES
+#define NORM_LANES 8                   // lanes a step
+#define NORM_STEPS (32 / NORM_LANES)   // steps a warp normalizes at once
+#define NORM_GROUPS (32 / NORM_LANES)  // groups of 4 k a lane (K_DIM / 4 groups over NORM_LANES lanes)
+static_assert(NORM_GROUPS == 4, "normalize_k adds the groups' levels i ^ 16 and i ^ 8 in the thread: 4 groups");
 
 struct KRaw {  // this lane's raw k of one round: groups l % 8 + 8 m
   uint2 w[NORM_GROUPS];
