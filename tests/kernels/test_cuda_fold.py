@@ -9,11 +9,13 @@ import re
 import pytest
 import torch
 
+from benchmarks import ncu_regions
 from benchmarks.fold_cases import decode_reference, make_case
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.kernels import commit_plan, cuda_fold, gdn_fold, nvrtc
 
 BUDGET_REGISTERS = {False: 128, True: 168}  # with a track slot: 16 or 12 warps per SM (MIN_BLOCKS[_TRACK])
+SPILL_OUTSIDE_STEPS = 8  # bytes stored + loaded, as ptxas counts them
 SOURCE = nvrtc.SOURCE.read_text()
 
 
@@ -31,13 +33,22 @@ def _pool(V=128, RL=16, L=2, S=3, HV=4, H=2, device="cpu"):
     return state, rawv, rawk, g, torch.zeros_like(g)
 
 
-def test_source_compiles_for_sm90_within_its_register_budget():
+def test_source_compiles_for_sm90_within_its_register_budget(tmp_path):
+    """Within the registers of its occupancy, and no local memory in the step loop (a spill there cost 30%,
+    notes/perf.md v7); outside it, at most SPILL_OUTSIDE_STEPS bytes (v13's track kernel reloads one value a
+    thread per item: 4 bytes stored once, read once an item)."""
     cubin, report = nvrtc.build_fold()
     assert cubin[:4] == b"\x7fELF" and report["arch"] == "sm_90"
     assert set(report["ptxas"]) == set(cuda_fold.KERNELS.values())
+    (tmp_path / "fold.cubin").write_bytes(cubin)
     for name, entry in report["ptxas"].items():
         assert entry["registers"] <= BUDGET_REGISTERS[name.endswith("_track")], (name, entry)
-        assert entry["spill_bytes"] == 0, (name, entry)  # a spill in the step loop costs 30% (notes/perf.md v7)
+        assert entry["spill_bytes"] <= SPILL_OUTSIDE_STEPS, (name, entry)
+        sass = ncu_regions.sass_of(tmp_path / "fold.cubin", name)
+        _, steps = ncu_regions.region_bounds(sass)
+        local = [(hex(a), ins) for a, ins in sass if re.search(r"\b(LDL|STL)\b", ins) and
+                 ncu_regions.region(a, (0, 0), steps) == "step loop"]
+        assert not local, (name, local)
 
 
 def test_argument_struct_is_the_kernels_field_for_field():
@@ -63,7 +74,8 @@ def test_the_hosts_layout_constants_are_the_builds():
     assert define["CQ"] * 32 // (1 << define["LANE_A_BITS"]) == cuda_fold.COLUMNS
     assert 32 * define["CONV_PER_LANE"] == cuda_fold.CONV_CHUNK
     team, tile = define["TEAM"], cuda_fold.COLUMNS * define["K_DIM"] * 4
-    assert cuda_fold.smem_bytes(16, team) == team * tile + 2 * 16 * define["K_DIM"] * 4 + 8 * team
+    window_bytes = 16 * define["K_DIM"] * 4 + 2 * 16 * 4  # a window's normalized k, decays and betas
+    assert cuda_fold.smem_bytes(16, team) == team * tile + 2 * window_bytes + 8 * team
     assert re.search(r'__constant__ int gdn_fold_team\[2\] = \{TEAM, TEAM_TRACK\};', SOURCE)
     for warps_per_sm in ("MIN_BLOCKS", "MIN_BLOCKS_TRACK"):  # whole teams per SM: the occupancy the registers are for
         assert define[warps_per_sm] % define["TEAM" if warps_per_sm == "MIN_BLOCKS" else "TEAM_TRACK"] == 0

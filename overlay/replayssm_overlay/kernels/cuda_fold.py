@@ -123,8 +123,8 @@ def _read_team(lib, module) -> dict:
 
 def smem_bytes(window: int, team: int, columns: int = COLUMNS) -> int:
     """Dynamic shared memory of one block (gdn_fold.cu `Smem`): each warp's tile, the block's normalized k of
-    two windows, each warp's mbarrier."""
-    return team * columns * 128 * 4 + 2 * window * 128 * 4 + team * 8
+    two windows and their decays and betas, each warp's mbarrier."""
+    return team * columns * 128 * 4 + 2 * window * 128 * 4 + 2 * 2 * window * 4 + team * 8
 
 
 def _covers(args, columns: int = COLUMNS) -> None:

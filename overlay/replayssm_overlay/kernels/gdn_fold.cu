@@ -13,8 +13,9 @@
 //   - each step's k is l2-normalized once per team (8 lanes a step, rounds of 4 steps dealt round the warps)
 //     into shared memory, the next item's while this one folds, and read back broadcast; the raw v of 16 steps is
 //     loaded at once, spread over the lanes, and a step's is shuffled out of it; each step's decay is
-//     computed once per item, by the lane of that step;
-//   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit);
+//     computed once per item and team, by the lanes that normalize that step, into shared memory with its beta;
+//   - the conv rollback loads a lane's 16 elements before it stores any (one memory latency per unit), a unit
+//     after each item a warp folds;
 //   - a block walks its items with a mixed-radix cursor (no division per item), and prefetches the next
 //     item's gates and raw v rows into L2 while it folds the current one.
 // Every fp32 operation is the PTX instruction the decode kernel's Triton compile has (mul.rn, add.rn,
@@ -38,9 +39,10 @@
 // and its window view src [L, rows, steps, dim, W] (any strides), index vectors [B] int32 or int64 (the
 // caller's tensors as given: bit j of `wide_indices` says index vector j is int64).
 // Work: a team item is (layer, row, value head, TEAM blocks of COLS columns), a conv unit is CONV_CHUNK
-// elements of one (layer, row)'s window; warp w of block p of P takes conv units p TEAM + w, stepping by
-// P TEAM, then block p takes team items p, p + P, ... What the host checks first (cuda_fold.py): K = 128,
-// V % (COLS TEAM) == 0, RL <= 32, 16-byte aligned state and rings, 2- or 4-byte conv elements.
+// elements of one (layer, row)'s window; block p of P takes team items p, p + P, ..., and its warp w conv
+// units p TEAM + w, stepping by P TEAM, one after each item and the rest after the last. What the host checks
+// first (cuda_fold.py): K = 128, V % (COLS TEAM) == 0, RL <= 32, 16-byte aligned state and rings, 2- or 4-byte
+// conv elements.
 
 #define K_DIM 128
 #define CONV_PER_LANE 16                   // conv elements each lane copies per conv unit
@@ -216,27 +218,42 @@ __device__ __forceinline__ void next_item(Item& x, const Item& step, int total, 
   }
 }
 
+// the first of item x's gates (and betas): its row's steps are contiguous
+__device__ __forceinline__ long long gate_row(const FoldArgs& a, const Item& x) {
+  return (long long)x.layer * a.gate_layer_stride + (long long)x.slot * a.gate_slot_stride + (long long)x.hv * a.RL;
+}
+
 __device__ __forceinline__ long long tile_offset(const FoldArgs& a, int layer, int hv, long long slot, int block) {
   return ((long long)layer * a.state_layer_tiles + hv + slot * a.state_slot_tiles) * (long long)(K_DIM) * a.V +
          (long long)block * TILE_FLOATS;
 }
 
-// ---- the conv rollback: dst[layer, slot].flat[e] = src[layer, row, step] at (e / W, e % W); each lane
-// loads its CONV_PER_LANE elements of the unit before it stores any (one memory latency per unit, not one
-// per element)
+// ---- the conv rollback: dst[layer, slot].flat[e] = src[layer, row, step] at (e / W, e % W). A unit is
+// CONV_CHUNK elements of one (layer, row)'s window; each lane loads its CONV_PER_LANE elements of it before it
+// stores any (one memory latency per unit, not one per element).
 template <typename E>
-__device__ __forceinline__ void copy_window(const FoldArgs& a, int layer, int row, int slot, int step, int start) {
-  if (slot < 0 || slot >= a.conv_slots || step < 0 || step >= a.conv_steps || row >= a.conv_rows) return;
+struct ConvCopy {  // this lane's part of one window's unit, loaded and not yet stored
+  E vals[CONV_PER_LANE];
+  E* dst;  // the unit's first element in the pool; null where the slot or step is out of range (nothing to copy)
+};
+
+template <typename E>
+__device__ __forceinline__ ConvCopy<E> load_window(const FoldArgs& a, int layer, int row, int slot, int step,
+                                                   int start) {
+  ConvCopy<E> c;
+  const bool copies = slot >= 0 && slot < a.conv_slots && step >= 0 && step < a.conv_steps && row < a.conv_rows;
   const E* src = reinterpret_cast<const E*>(a.conv_src) + (long long)layer * a.conv_src_layer +
                  (long long)row * a.conv_src_row + (long long)step * a.conv_src_step;
-  E* dst = reinterpret_cast<E*>(a.conv_dst) + (long long)layer * a.conv_dst_layer + (long long)slot * a.conv_dst_slot;
+  c.dst = copies ? reinterpret_cast<E*>(a.conv_dst) + (long long)layer * a.conv_dst_layer +
+                       (long long)slot * a.conv_dst_slot + start
+                 : nullptr;
   const int e0 = start + (int)(threadIdx.x & 31), W = a.conv_width;
   const int d_step = 32 / W, w_step = 32 - d_step * W;  // (d, w) of e + 32 from those of e
   int d = e0 / W, w = e0 - (e0 / W) * W;
-  E vals[CONV_PER_LANE];
 #pragma unroll
-  for (int j = 0; j < CONV_PER_LANE; ++j) {
-    if (e0 + 32 * j < a.conv_elems) vals[j] = src[(long long)d * a.conv_src_dim + (long long)w * a.conv_src_win];
+  for (int j = 0; j < CONV_PER_LANE; ++j) {  // every element set on every path (an unset one is carried over
+    c.vals[j] = copies && e0 + 32 * j < a.conv_elems  // from the unit before, in registers through the fold)
+                    ? src[(long long)d * a.conv_src_dim + (long long)w * a.conv_src_win] : E(0);
     d += d_step;
     w += w_step;
     if (w >= W) {
@@ -244,23 +261,45 @@ __device__ __forceinline__ void copy_window(const FoldArgs& a, int layer, int ro
       ++d;
     }
   }
-#pragma unroll
-  for (int j = 0; j < CONV_PER_LANE; ++j)
-    if (e0 + 32 * j < a.conv_elems) dst[e0 + 32 * j] = vals[j];
+  return c;
 }
 
-// warp `first` of `stride` takes conv units first, first + stride, ...
-template <typename E, bool HAS_TRACK>
-__device__ __forceinline__ void conv_units(const FoldArgs& a, int first, int stride) {
-  int per_row = (a.conv_elems + CONV_CHUNK - 1) / CONV_CHUNK;
-  int total = a.layers * a.batch * per_row;
-  for (int u = first; u < total; u += stride) {
-    int chunk = u % per_row, rest = u / per_row;
-    int row = rest % a.batch, layer = rest / a.batch;
-    copy_window<E>(a, layer, row, slot_of(a, row), accepted_of(a, row) - 1, chunk * CONV_CHUNK);
-    if (HAS_TRACK) copy_window<E>(a, layer, row, track_slot_of(a, row), track_step_of(a, row), chunk * CONV_CHUNK);
-  }
+template <typename E>
+__device__ __forceinline__ void store_window(const FoldArgs& a, const ConvCopy<E>& c, int start) {
+  if (!c.dst) return;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < CONV_PER_LANE; ++j)
+    if (start + lane + 32 * j < a.conv_elems) c.dst[lane + 32 * j] = c.vals[j];
 }
+
+// A warp's walk over the conv units: warp w of block p of P takes units p TEAM + w, stepping by P TEAM, one
+// after each item it folds (its loads' latency then passes under the other blocks' folds, where all of them
+// before the first item waited together) and the rest after its last. Only the cursor lives across an item.
+template <typename E, bool HAS_TRACK>
+struct ConvWalk {
+  int u = blockIdx.x * blockDim.x / 32;  // the block's next unit, less its warp (the same in all its warps)
+
+  __device__ __forceinline__ static int per_row(const FoldArgs& a) {
+    return (a.conv_elems + CONV_CHUNK - 1) / CONV_CHUNK;
+  }
+  __device__ __forceinline__ bool more(const FoldArgs& a) const {
+    return u + (int)(threadIdx.x >> 5) < a.layers * a.batch * per_row(a);
+  }
+  // unit u + warp (more() is true): the row's window, and its track slot's, then on to the block's next unit
+  __device__ __forceinline__ void copy(const FoldArgs& a) {
+    const int unit = u + (int)(threadIdx.x >> 5), rest = unit / per_row(a);
+    const bool real = rest < a.layers * a.batch;  // (more() says so; spelled out, it spares a spill of 4 bytes)
+    const int row = real ? rest % a.batch : 0, layer = rest / a.batch, start = (unit - rest * per_row(a)) * CONV_CHUNK;
+    ConvCopy<E> c[HAS_TRACK ? 2 : 1];  // the row's slot's window and its track slot's
+    c[0] = load_window<E>(a, layer, row, real ? slot_of(a, row) : -1, accepted_of(a, row) - 1, start);
+    if (HAS_TRACK)
+      c[HAS_TRACK] = load_window<E>(a, layer, row, real ? track_slot_of(a, row) : -1, track_step_of(a, row), start);
+#pragma unroll
+    for (int j = 0; j < (HAS_TRACK ? 2 : 1); ++j) store_window<E>(a, c[j], start);
+    u += gridDim.x * blockDim.x / 32;
+  }
+};
 
 __device__ __forceinline__ void store_tile(float* dst, const float4 (&h)[CQ][MG], int pair, int asub) {
 #pragma unroll
@@ -283,6 +322,7 @@ __device__ __forceinline__ constexpr int bit_reversed(int x) {
 struct Smem {
   float* tile;   // [TILE_FLOATS], this warp's
   float* knorm;  // [2][RL][K_DIM], the block's: the item folding and the next
+  float* gates;  // [2][2][RL], the block's: the same items' decays, then betas
   unsigned bar;  // this warp's
 };
 
@@ -291,7 +331,8 @@ __device__ __forceinline__ Smem carve(unsigned char* base, int warp, int team, i
   float* tiles = reinterpret_cast<float*>(base);
   m.tile = tiles + warp * TILE_FLOATS;
   m.knorm = tiles + team * TILE_FLOATS;
-  m.bar = smem_addr(m.knorm + 2 * RL * K_DIM) + 8 * warp;
+  m.gates = m.knorm + 2 * RL * K_DIM;
+  m.bar = smem_addr(m.gates + 4 * RL) + 8 * warp;
   return m;
 }
 
@@ -393,16 +434,25 @@ __device__ __forceinline__ KShare<HELD> load_share(const FoldArgs& a, const Item
 }
 
 // Round j normalizes share_step(warp, j) of each lane while round j is within the item (a redone step writes
-// the same values into the same row). The rounds past HELD (windows past NT NORM_STEPS HELD steps; RL <= 32,
-// the host checks) are loaded here: the fold's registers are free.
+// the same values into the same row), and the first lane of each step writes its decay and beta (their loads
+// in flight while the step normalizes: they waited a memory latency where the fold starts). The rounds past
+// HELD (windows past NT NORM_STEPS HELD steps; RL <= 32, the host checks) are loaded here: the fold's registers
+// are free.
 template <int NT, int HELD>
-__device__ __forceinline__ void normalize_share(const KShare<HELD>& s, float* knorm, int warp) {
+__device__ __forceinline__ void normalize_share(const FoldArgs& a, const Item& x, const KShare<HELD>& s, float* knorm,
+                                                float* gates, int warp) {
   constexpr int ROUNDS = (32 + NORM_STEPS * NT - 1) / (NORM_STEPS * NT);
 #pragma unroll
   for (int j = 0; j < ROUNDS; ++j)
     if (share_round<NT>(warp, j, s.steps)) {
       const int step = share_step<NT>(warp, j, s.steps);
+      const long long gb = gate_row(a, x) + step;
+      const float g = __ldg(a.gate + gb), b = __ldg(a.beta + gb);  // in flight while the step normalizes
       normalize_k(j < HELD ? s.k[j] : load_kraw(s.p + step * K_DIM), knorm + step * K_DIM);
+      if ((threadIdx.x & (NORM_LANES - 1)) == 0) {  // the step's decay (once per item and team) and beta
+        gates[step] = decay_of(g);
+        gates[a.RL + step] = b;
+      }
     }
 }
 
@@ -444,7 +494,8 @@ __device__ __forceinline__ unsigned v_pair(const VWin& v, int t, int pair) {
 }
 
 // lane t < the next item's steps: its gates of step t and this warp's raw v row of step t into L2 while this
-// item folds (their loads at the start of that item waited a memory latency: 3% of T=16 B=8; notes/perf.md)
+// item folds (the normalization's gate loads after the fold and the raw v loads where the next item starts
+// each waited a memory latency without: 3% of T=16 B=8; notes/perf.md)
 template <int NT>
 __device__ __forceinline__ void prefetch_item(const FoldArgs& a, const Item& x, int warp) {
   const int lane = threadIdx.x & 31;
@@ -463,17 +514,18 @@ __device__ __forceinline__ void prefetch_item(const FoldArgs& a, const Item& x, 
 // the track slot's).
 template <bool HAS_TRACK, int NT>
 __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, const Item& x, int block, unsigned kw,
-                                          unsigned& parity, const Item& next, bool has_next) {
+                                          const float* gates, unsigned& parity, const Item& next, bool has_next) {
   const int lane = threadIdx.x & 31, pair = lane >> LANE_A_BITS, asub = lane & (NA - 1);
   const long long slot = x.slot;
   const int n_commit = min(x.accepted, a.RL);
   const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
                                         (long long)x.hv * a.RL) * a.V + block * COLS;
-  const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL;
-  float g_lane = 0.f, beta_lane = 0.f;  // lane t holds step t's gates
+  // lane t: step t's decay and beta, as the normalizing lanes computed them (the decode kernel's instructions on
+  // the same g: the same bits)
+  float decay_lane = 1.f, beta_lane = 0.f;
   if (lane < n_commit) {
-    g_lane = __ldg(a.gate + gb + lane);
-    beta_lane = __ldg(a.beta + gb + lane);
+    decay_lane = gates[lane];
+    beta_lane = gates[a.RL + lane];
   }
   VWin vw = load_vwin(p_v, a.V, 0, n_commit - 1);  // steps 0 .. 15
   int track_step = -1;
@@ -491,9 +543,7 @@ __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, con
     for (int m = 0; m < MG; ++m) h[q][m] = lds4(smem_addr(sm.tile + (CQ * pair + q) * K_DIM + 4 * (m * NA + asub)));
   __syncwarp();
   if (lane == 0 && has_next) stage_item<NT>(a, sm, next);  // into the tile just read
-  // lane t: step t's decay, computed once per item (the same instructions on the same g: the same bits), then
-  // shuffled to every lane one step early
-  const float decay_lane = decay_of(g_lane);
+  // the decay shuffled to every lane one step early
   float decay_next = __shfl_sync(0xffffffffu, decay_lane, 0);
 
 #pragma unroll STEP_UNROLL
@@ -557,10 +607,10 @@ __device__ __forceinline__ void fold_item(const FoldArgs& a, const Smem& sm, con
   __syncwarp();
 }
 
-// A block is a team of NT warps: it takes conv units (a warp each) and then team items p, p + P, ..., one
-// value head's NT column blocks each (P: the grid, the resident blocks or one per work unit). Per item: one
-// barrier (the item's normalized window is complete, and no warp still reads the buffer the next one goes
-// into), each warp folds its block, then normalizes its share of the next item's window into the other buffer.
+// A block is a team of NT warps: it takes team items p, p + P, ..., one value head's NT column blocks each (P:
+// the grid, the resident blocks or one per work unit). Per item: one barrier (the item's normalized window is
+// complete, and no warp still reads the buffer the next one goes into), each warp folds its block, normalizes
+// its share of the next item's window (and its decays and betas) into the other buffer, and copies a conv unit.
 template <typename E, bool HAS_TRACK, int NT>
 __device__ __forceinline__ void fold_body(const FoldArgs& a) {
   extern __shared__ __align__(128) unsigned char smem_base[];
@@ -577,9 +627,9 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
   Item it = item_at(blockIdx.x, r);
   next_item(it, step, total, a, r);
   if (lane == 0 && it.i < total) stage_item<NT>(a, sm, it);
-  conv_units<E, HAS_TRACK>(a, blockIdx.x * NT + warp, P * NT);  // while the first tiles are in flight
+  ConvWalk<E, HAS_TRACK> conv;
   constexpr int HELD = HAS_TRACK ? SHARE_HELD_TRACK : SHARE_HELD;
-  if (it.i < total) normalize_share<NT, HELD>(load_share<NT, HELD>(a, it, warp), sm.knorm, warp);
+  if (it.i < total) normalize_share<NT, HELD>(a, it, load_share<NT, HELD>(a, it, warp), sm.knorm, sm.gates, warp);
 
   unsigned parity = 0;
   int buf = 0;
@@ -594,12 +644,16 @@ __device__ __forceinline__ void fold_body(const FoldArgs& a) {
       share = load_share<NT, HELD>(a, next, warp);  // in flight while this item folds
       prefetch_item<NT>(a, next, warp);
     }
-    fold_item<HAS_TRACK, NT>(a, sm, it, it.chunk * NT + warp, k_lane + buf * (a.RL * K_DIM * 4), parity, next,
-                             has_next);
-    if (has_next) normalize_share<NT, HELD>(share, sm.knorm + (buf ^ 1) * a.RL * K_DIM, warp);
+    fold_item<HAS_TRACK, NT>(a, sm, it, it.chunk * NT + warp, k_lane + buf * (a.RL * K_DIM * 4),
+                             sm.gates + buf * 2 * a.RL, parity, next, has_next);
+    if (has_next)
+      normalize_share<NT, HELD>(a, next, share, sm.knorm + (buf ^ 1) * a.RL * K_DIM,
+                                sm.gates + (buf ^ 1) * 2 * a.RL, warp);
+    if (conv.more(a)) conv.copy(a);
     buf ^= 1;
     it = next;
   }
+  while (conv.more(a)) conv.copy(a);  // the units past this block's items
 }
 
 #define FOLD_KERNEL(NAME, E, TRACK, NT, WARPS_PER_SM) \
