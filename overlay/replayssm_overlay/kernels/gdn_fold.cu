@@ -503,7 +503,7 @@ __device__ __forceinline__ void prefetch_item(const FoldArgs& a, const Item& x, 
   const long long slot = x.slot;
   const unsigned short* p_v = a.rawv + ((long long)x.layer * a.rawv_layer_rows + slot * a.rawv_slot_rows +
                                         (long long)x.hv * a.RL + lane) * a.V + (x.chunk * NT + warp) * COLS;
-  const long long gb = (long long)x.layer * a.gate_layer_stride + slot * a.gate_slot_stride + (long long)x.hv * a.RL + lane;
+  const long long gb = gate_row(a, x) + lane;
   asm volatile("prefetch.global.L2 [%0];" :: "l"(p_v));
   asm volatile("prefetch.global.L2 [%0];" :: "l"(a.gate + gb));
   asm volatile("prefetch.global.L2 [%0];" :: "l"(a.beta + gb));
