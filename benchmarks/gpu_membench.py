@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "overlay"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "overlay"), str(Path(__file__).resolve().parents[1])]
 from replayssm_overlay.kernels import cu_driver, cuda_fold, nvrtc  # noqa: E402
 
 from benchmarks import timing  # noqa: E402
