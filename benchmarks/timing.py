@@ -1,7 +1,7 @@
-"""What the GPU benchmark scripts (gpu_commit.py, gpu_run.py, gpu_ring.py, gpu_membench.py, gpu_aot_check.py)
-share: CUDA-graph replay, eager and event medians, the copy ceiling, and a results folder written as a run
-goes. One copy, so that a number called "graph us", "eager us" or "copy ceiling" is measured the same way in
-every script's table."""
+"""What the GPU benchmark scripts (gpu_commit.py, gpu_run.py, gpu_ring.py, gpu_membench.py, gpu_aot_check.py,
+register_fetch.py) share: CUDA-graph replay, eager and event medians, the copy ceiling, the SM clock, and a
+results folder written as a run goes. One copy, so that a number called "graph us", "eager us" or "copy
+ceiling" is measured the same way in every script's table."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def host_us_interleaved(fns: dict, sets: int, calls: int, gpu_wait_us: float = 0
         for i in range(max(3, sets)):
             fn(i % sets)
     torch.cuda.synchronize()
-    cycles = round(gpu_wait_us * _cycles_per_us()) if gpu_wait_us else 0
+    cycles = round(gpu_wait_us * sm_cycles_per_us()) if gpu_wait_us else 0
     hosts = {name: [] for name in fns}
     for c in range(calls):
         for name, fn in fns.items():
@@ -111,7 +111,7 @@ def host_us_interleaved(fns: dict, sets: int, calls: int, gpu_wait_us: float = 0
 
 
 @functools.cache
-def _cycles_per_us() -> float:
+def sm_cycles_per_us() -> float:
     """GPU clock cycles of `torch.cuda._sleep` per microsecond, measured once (median of 5 sleeps of ~1 ms)."""
     cycles = 2_000_000
     return cycles / event_us(lambda: torch.cuda._sleep(cycles), reps=5, warmup=1)
