@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(128) NAME(float* out, int iters, fl
   }
   for (int i = 0; i < iters; ++i)
 #pragma unroll
-    for (int j = 0; j < 32; ++j) { const int k = j & 7; { const int j = k; BODY } }
+    for (int r = 0; r < 32; ++r) { const int j = r & 7; BODY }
   float t = 0.f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) t += c[j];
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.out:
             ap.error("--probe needs --out DIR")
         return run_probes(args.out)
-    print(step_loop_fetches(args.count))
+    print(json.dumps(step_loop_fetches(args.count)))
     return 0
 
 
