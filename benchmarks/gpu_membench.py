@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "overlay"), str(Path(__file__).resolve().parents[1])]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "overlay"), str(ROOT)]
 from replayssm_overlay.kernels import cu_driver, cuda_fold, nvrtc  # noqa: E402
 
 from benchmarks import timing  # noqa: E402

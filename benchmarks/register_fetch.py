@@ -146,19 +146,23 @@ def probe_cubin() -> bytes:
     return nvrtc.compile_cubin(probe_source(), [], "register_fetch.cu")[0]
 
 
+def _fp32(loop: list[str]) -> int:
+    return sum(_opcode(text) in ("FFMA", "FADD", "FMUL") for text in loop)
+
+
+def timed_loop(sass: list[tuple[int, str]]) -> list[str]:
+    """The instructions of a probe's timed loop: of its SASS loops, the one with the most FP32 instructions."""
+    bodies = ([text for offset, text in sass if lo <= offset <= hi] for lo, hi, _ in ncu_regions.loops(sass))
+    return max(bodies, key=_fp32)
+
+
 def probe_fetches(cubin_path: Path) -> dict:
-    """{probe: {"instructions", "fp32", "fetch3"}} of each probe's timed loop, its SASS loop with the most FP32
-    instructions (FFMA, FADD, FMUL): `fp32` of them, `fetch3` instructions fetching three registers."""
+    """{probe: {"instructions", "fp32", "fetch3"}} of each probe's timed loop: its instructions, its FP32 ones
+    (FFMA, FADD, FMUL), and those fetching three registers."""
     found = {}
     for name in (*PROBES, *QUAD_PROBES):
-        sass = ncu_regions.sass_of(cubin_path, name)
-        best = None
-        for lo, hi, _ in ncu_regions.loops(sass):
-            loop = [text for offset, text in sass if lo <= offset <= hi]
-            fp32 = sum(_opcode(text) in ("FFMA", "FADD", "FMUL") for text in loop)
-            if best is None or fp32 > best["fp32"]:
-                best = {"instructions": len(loop), "fp32": fp32, "fetch3": sum(n >= 3 for n in fetched(loop))}
-        found[name] = best
+        loop = timed_loop(ncu_regions.sass_of(cubin_path, name))
+        found[name] = {"instructions": len(loop), "fp32": _fp32(loop), "fetch3": sum(n >= 3 for n in fetched(loop))}
     return found
 
 
@@ -191,10 +195,10 @@ def run_probes(out: Path) -> int:
     run.log(f"{'probe':14} {'loop':>5} {'fp32':>5} {'fetch 3':>8} {'us':>9} {'cycles/instr':>13} {'cycles/fp32':>12}")
     out_ptr, iters, seed = ctypes.c_void_p(buffer.data_ptr()), ctypes.c_int(ITERATIONS), ctypes.c_float(1.0000001)
     params = (ctypes.c_void_p * 3)(ctypes.addressof(out_ptr), ctypes.addressof(iters), ctypes.addressof(seed))
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     for name in (*PROBES, *QUAD_PROBES):
         fn = ctypes.c_void_p()
         cu_driver.check(lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()), name)
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         us = timing.event_us(lambda: cu_driver.check(
             lib.cuLaunchKernel(fn, blocks, 1, 1, THREADS, 1, 1, 0, stream, params, None), name), reps=5, warmup=1)
         loop = static[name]

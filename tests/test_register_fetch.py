@@ -32,9 +32,7 @@ def probes(tmp_path_factory):
 
 
 def _loop_ffmas(cubin: Path, name: str) -> list[str]:
-    sass = ncu_regions.sass_of(cubin, name)
-    lo, hi, _ = max(ncu_regions.loops(sass), key=lambda loop: loop[2])
-    return [text for offset, text in sass if lo <= offset <= hi and text.startswith("FFMA")]
+    return [text for text in register_fetch.timed_loop(ncu_regions.sass_of(cubin, name)) if text.startswith("FFMA")]
 
 
 def test_each_probe_fetches_what_it_is_named_for(probes):
