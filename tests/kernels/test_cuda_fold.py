@@ -12,7 +12,7 @@ import torch
 from benchmarks import ncu_regions
 from benchmarks.fold_cases import decode_reference, make_case
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import commit_plan, cuda_fold, gdn_fold, nvrtc
+from replayssm_overlay.kernels import commit_plan, cu_driver, cuda_fold, gdn_fold, nvrtc
 
 BUDGET_REGISTERS = {False: 128, True: 168}  # with a track slot: 16 or 12 warps per SM (MIN_BLOCKS[_TRACK])
 SPILL_OUTSIDE_STEPS = 8  # bytes stored + loaded, as ptxas counts them
@@ -188,7 +188,30 @@ def test_gpu_bitwise_equals_decode(track, indices, grid):
     server gives some of them (int64: its track slots) and as views 4 bytes off 16-byte alignment; on the
     persistent grid, on a block per work unit and on a block per two."""
     cubin, _ = nvrtc.build_fold()
-    kernels = cuda_fold.CudaKernels(cubin, "nvrtc", grid=grid)
+    _assert_bitwise(cuda_fold.CudaKernels(cubin, "nvrtc", grid=grid), track, indices)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("track", [False, True])
+def test_gpu_a_build_with_static_shared_memory_loads_and_stays_bitwise(track):
+    """The loader opts each entry point in to the device's shared memory less its static arrays (the opt-in
+    covers both; the whole of it is refused for a function with a static array, and every commit would then
+    run SGLang's fold). Built here with a 1 KB static array in every entry point, never written in a launch."""
+    entry = "    fold_body<E, TRACK, NT>(a); \\\n"
+    assert SOURCE.count(entry) == 1
+    padded = SOURCE.replace(entry, "    __shared__ volatile int pad[256]; \\\n"
+                                   "    if (a.batch < 0) pad[threadIdx.x & 255] = 0; \\\n" + entry)
+    kernels = cuda_fold.CudaKernels(nvrtc.compile_cubin(padded, [])[0], "nvrtc")
+    _assert_bitwise(kernels, track, "int32")
+    for function in kernels.loaded(torch.cuda.current_device()).functions.values():  # the array is in the build
+        static = ctypes.c_int()
+        cu_driver.check(cu_driver.driver().cuFuncGetAttribute(ctypes.byref(static), 1, function),  # SHARED_SIZE_BYTES
+                        "static shared size")
+        assert static.value == 1024
+
+
+def _assert_bitwise(kernels, track, indices):
     for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
                                      num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
                                 dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],

@@ -40,6 +40,7 @@ _CARVEOUT_MAX_SHARED = 100  # percent of L1 as shared memory: each resident warp
 _TEAM_SYMBOL = b"gdn_fold_team"  # int[2] in the cubin: warps per block without and with a track slot
 _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1  # static shared memory of an entry point
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 _SIGNATURE = gdn_fold.fold_signature("bf16")  # the Triton kernel's runtime arguments, in order
@@ -88,9 +89,14 @@ class LoadedFold:
                     _check(lib.cuModuleGetFunction(ctypes.byref(fn), self._module, name.encode()), f"cuModuleGetFunction {name}")
                     _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                                                   _CARVEOUT_MAX_SHARED), "cuFuncSetAttribute")
-                    # a team's tiles and windows pass the 48 KB a block gets without opting in (a 16-step window: 48.03)
-                    _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin.value),
-                           "cuFuncSetAttribute")
+                    # a team's tiles and windows pass the 48 KB a block gets without opting in (a 16-step window: 48.03);
+                    # the opt-in covers static and dynamic shared memory together, so a build with a static array
+                    # gets the rest (the whole opt-in would be refused)
+                    static = ctypes.c_int()
+                    _check(lib.cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
+                           "cuFuncGetAttribute")
+                    _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                  optin.value - static.value), "cuFuncSetAttribute")
                     self.functions[key] = fn
             finally:
                 _check(lib.cuCtxPopCurrent_v2(ctypes.byref(ctx)), "cuCtxPopCurrent")
