@@ -212,7 +212,8 @@ def test_gpu_a_build_with_static_shared_memory_loads_and_stays_bitwise(track):
 
 
 def _assert_bitwise(kernels, track, indices):
-    """`kernels`' fold of five pools (windows 4, 16 and 32, up to 70 rows) equals the decode kernel's, token by token."""
+    """`kernels`' fold of five pools (windows 4, 16 and 32, up to 70 rows) equals the decode kernel's, token by
+    token."""
     for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
                                      num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
                                 dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],

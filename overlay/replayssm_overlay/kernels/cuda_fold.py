@@ -89,9 +89,9 @@ class LoadedFold:
                     _check(lib.cuModuleGetFunction(ctypes.byref(fn), self._module, name.encode()), f"cuModuleGetFunction {name}")
                     _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                                                   _CARVEOUT_MAX_SHARED), "cuFuncSetAttribute")
-                    # a team's tiles and windows pass the 48 KB a block gets without opting in (a 16-step window: 48.03);
-                    # the opt-in covers static and dynamic shared memory together, so a build with a static array
-                    # gets the rest (the whole opt-in would be refused)
+                    # a team's tiles and windows pass the 48 KB a block gets without opting in (a 16-step window:
+                    # 48.03); the opt-in covers static and dynamic shared memory together, so a build with a static
+                    # array gets the rest (the whole opt-in would be refused)
                     static = ctypes.c_int()
                     _check(lib.cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
                            "cuFuncGetAttribute")
