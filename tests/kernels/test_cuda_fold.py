@@ -12,7 +12,7 @@ import torch
 from benchmarks import ncu_regions
 from benchmarks.fold_cases import decode_reference, make_case
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import commit_plan, cu_driver, cuda_fold, gdn_fold, nvrtc
+from replayssm_overlay.kernels import commit_plan, cuda_fold, gdn_fold, nvrtc
 
 BUDGET_REGISTERS = {False: 128, True: 168}  # with a track slot: 16 or 12 warps per SM (MIN_BLOCKS[_TRACK])
 SPILL_OUTSIDE_STEPS = 8  # bytes stored + loaded, as ptxas counts them
@@ -205,10 +205,7 @@ def test_gpu_a_build_with_static_shared_memory_loads_and_stays_bitwise(track):
     kernels = cuda_fold.CudaKernels(nvrtc.compile_cubin(padded, [])[0], "nvrtc")
     _assert_bitwise(kernels, track, "int32")
     for function in kernels.loaded(torch.cuda.current_device()).functions.values():  # the array is in the build
-        static = ctypes.c_int()
-        cu_driver.check(cu_driver.driver().cuFuncGetAttribute(ctypes.byref(static), 1, function),  # SHARED_SIZE_BYTES
-                        "static shared size")
-        assert static.value == 1024
+        assert cuda_fold.static_shared_bytes(function) == 1024
 
 
 def _assert_bitwise(kernels, track, indices):

@@ -92,11 +92,8 @@ class LoadedFold:
                     # a team's tiles and windows pass the 48 KB a block gets without opting in (a 16-step window:
                     # 48.03); the opt-in covers static and dynamic shared memory together, so a build with a static
                     # array gets the rest (the whole opt-in would be refused)
-                    static = ctypes.c_int()
-                    _check(lib.cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
-                           "cuFuncGetAttribute")
                     _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                  optin.value - static.value), "cuFuncSetAttribute")
+                                                  optin.value - static_shared_bytes(fn)), "cuFuncSetAttribute")
                     self.functions[key] = fn
             finally:
                 _check(lib.cuCtxPopCurrent_v2(ctypes.byref(ctx)), "cuCtxPopCurrent")
@@ -115,6 +112,14 @@ class LoadedFold:
                                                      " memory fits an SM of this device")
             found = self._per_sm[(key, shared)] = per_sm.value * self._sms
         return found
+
+
+def static_shared_bytes(function) -> int:
+    """The static shared memory (`__shared__` arrays) of a loaded entry point, as the driver counts it."""
+    static = ctypes.c_int()
+    _check(driver().cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+           "cuFuncGetAttribute")
+    return static.value
 
 
 def _read_team(lib, module) -> dict:
