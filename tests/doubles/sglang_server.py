@@ -17,7 +17,13 @@ What is faithful to 0.5.19 (field names and shapes checked against the installed
   * GET /health, /health_generate (200, or 503 with an empty body), /server_info and the deprecated
     /get_server_info (flat server arguments, `internal_states[0].avg_spec_accept_length`, `version`),
     /model_info and /get_model_info, /metrics (Prometheus text: `sglang:generation_tokens_total`,
-    `sglang:spec_verify_calls_total`, `sglang:spec_accept_length`, `sglang:spec_accept_rate`).
+    `sglang:spec_verify_calls_total`, `sglang:spec_accept_length`, `sglang:spec_accept_rate`, with the
+    scheduler's labels), /v1/loads (`loads[]` per DP rank with `num_running_reqs`, `num_waiting_reqs`, ...)
+    and the deprecated /get_load (`num_reqs` = running + waiting).
+  * SIGTERM drains like `TokenizerManager.sigterm_watchdog`: from the signal on /health and /health_generate
+    answer 503, new /generate requests are still served, and the process exits once no request is in
+    flight, checked every `--drain-poll-seconds` (SGLang: 5 s); `SGL_FORCE_SHUTDOWN=1`, or a server
+    already unhealthy, exits at once. SIGINT exits at once.
 
 The "model" is a deterministic toy: a byte-level tokenizer (token id = UTF-8 byte, ids up to 511) and
 logits that depend only on the last three tokens, with one clearly preferred next token, so greedy
@@ -32,6 +38,9 @@ purpose are listed in `--help` (also read from the environment variable SGLANG_D
   * --tie-at k: the model has a near-tie at that position (top two logits 1e-5 apart) and the
     speculative path emits the runner-up, as tie-breaking in a different kernel would. The server
     remembers the contexts where it did so, so re-scoring them (teacher forcing) shows the near-tie.
+Two make time pass: --request-seconds (every /generate takes at least that long, so a load always has
+requests in flight) and --step-ms (per forward pass). --accept-length-file makes the draft go bad at run
+time (outputs stay correct; only the accept length falls, as a draft that stopped matching its target).
 """
 
 from __future__ import annotations
@@ -133,23 +142,36 @@ class ServerState:
         self.lock = threading.Lock()
         self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0, "accept_tokens": 0}
         self.last_window = {"accept_length": 0.0, "accept_rate": 0.0}
+        self.in_flight = 0  # /generate requests being served (SGLang: len(rid_to_state))
+        self.draining = False  # set by SIGTERM (SGLang: tokenizer_manager.gracefully_exit)
 
     @property
     def speculative(self) -> bool:
         return self.args.algorithm.upper() != "NONE"
 
     def healthy(self) -> bool:
-        if self.args.unhealthy:
+        if self.draining or self.args.unhealthy:
             return False
         if self.args.health_file and os.path.exists(self.args.health_file):
             return False
         return time.time() - self.started >= self.args.start_delay
 
     # ---------------------------------------------------------------------------------- generation
+    def accept_length(self) -> float:
+        """The configured mean accept length; --accept-length-file, while it exists, overrides it."""
+        path = self.args.accept_length_file
+        if path:
+            try:
+                with open(path) as f:
+                    return float(f.read().strip())
+            except (OSError, ValueError):
+                pass
+        return self.args.accept_length
+
     def _accept_length_for(self, prompt_ids: list[int]) -> float:
         """The request's mean accept length: the configured mean, varied +-20% per prompt."""
         spread = 0.8 + 0.4 * _unit(*prompt_ids[:32], len(prompt_ids))
-        return min(max(1.0, self.args.accept_length * spread), float(self.args.draft_tokens))
+        return min(max(1.0, self.accept_length() * spread), float(self.args.draft_tokens))
 
     def _decode(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         context = list(prompt_ids)
@@ -218,6 +240,17 @@ class ServerState:
             fields["input_top_logprobs"] = in_top
             fields["output_top_logprobs"] = out_top
         return fields
+
+    def generate(self, req: dict, batch: list[list[int]]) -> list[dict]:
+        """Serve one /generate request (a prompt or a batch), taking at least --request-seconds."""
+        tic = time.time()
+        results = [self.generate_one(req, ids) for ids in batch]
+        time.sleep(max(0.0, self.args.request_seconds - (time.time() - tic)))
+        return results
+
+    def count_in_flight(self, delta: int) -> None:
+        with self.lock:
+            self.in_flight += delta
 
     def generate_one(self, req: dict, ids: list[int]) -> dict:
         tic = time.time()
@@ -305,9 +338,27 @@ class ServerState:
             "architectures": ["Qwen3NextForCausalLM"],
         }
 
+    def loads(self) -> dict:
+        """/v1/loads: one DP rank; a request in flight counts as running (the double has no queue)."""
+        with self.lock:
+            running = self.in_flight
+        core = {"timestamp": time.time(), "dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0,
+                "num_waiting_uncached_tokens": 0, "num_used_tokens": 0, "num_total_tokens": 0,
+                "num_active_tokens": 0, "max_total_num_tokens": 65536, "max_running_requests": 64,
+                "token_usage": 0.0, "gen_throughput": 0.0, "cache_hit_rate": 0.0, "utilization": 0.0}
+        return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "version": VERSION,
+                "accelerator": None, "num_accelerators": 1, "loads": [core]}
+
+    def legacy_load(self) -> list:
+        """/get_load: the deprecated projection of /v1/loads."""
+        core = self.loads()["loads"][0]
+        return [{"dp_rank": 0, "num_reqs": core["num_running_reqs"] + core["num_waiting_reqs"],
+                 "num_waiting_reqs": core["num_waiting_reqs"], "num_tokens": 0, "num_pending_tokens": 0,
+                 "ts_tic": time.perf_counter()}]
+
     def metrics(self) -> str:
         name = self.args.served_model_name or self.args.model_path
-        base = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0"'
+        base = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
         with self.lock:
             c = dict(self.counters)
             w = dict(self.last_window)
@@ -413,6 +464,10 @@ def make_handler(state: ServerState):
                 self._json(200, state.model_info())
             elif path in ("/metrics", "/metrics/") and state.args.enable_metrics:
                 self._send(200, state.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/v1/loads":
+                self._json(200, state.loads())
+            elif path == "/get_load":
+                self._json(200, state.legacy_load())
             else:
                 self._json(404, {"detail": "Not Found"})
 
@@ -423,6 +478,13 @@ def make_handler(state: ServerState):
             if path != "/generate":
                 self._json(404, {"detail": "Not Found"})
                 return
+            state.count_in_flight(1)  # until the answer is written: a drain never cuts one off
+            try:
+                self._generate(raw)
+            finally:
+                state.count_in_flight(-1)
+
+        def _generate(self, raw: bytes) -> None:
             try:
                 req = json.loads(raw or b"{}")
                 if not isinstance(req, dict):
@@ -435,7 +497,7 @@ def make_handler(state: ServerState):
             if state.args.malformed:
                 self._json(200, {"text": "ok"})
                 return
-            results = [state.generate_one(req, ids) for ids in batch]
+            results = state.generate(req, batch)
             self._json(200, results if is_batch else results[0])
 
         do_PUT = do_POST
@@ -490,6 +552,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     kn.add_argument("--malformed", action="store_true", help="/generate answers 200 without output_ids/meta_info")
     kn.add_argument("--step-ms", type=float, default=0.0,
                     help="sleep per forward pass (one per verify, or per token without speculation)")
+    kn.add_argument("--request-seconds", type=float, default=0.0, metavar="S",
+                    help="every /generate request takes at least S seconds (something is always in flight)")
+    kn.add_argument("--accept-length-file", default=None, metavar="PATH",
+                    help="while PATH exists, the number in it replaces --accept-length (a draft gone bad at "
+                         "run time: outputs stay correct, only acceptance falls)")
+    kn.add_argument("--drain-poll-seconds", type=float, default=5.0, metavar="S",
+                    help="after SIGTERM, how often the drain checks for requests in flight (SGLang: 5)")
     kn.add_argument("--quiet", action="store_true", help="no per-request log lines")
     argv = list(sys.argv[1:] if argv is None else argv) + shlex.split(os.environ.get("SGLANG_DOUBLE_ARGS", ""))
     args, ignored = p.parse_known_args(argv)
@@ -505,18 +574,40 @@ def serve(args: argparse.Namespace) -> ThreadingHTTPServer:
     state = ServerState(args)
     httpd = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     httpd.daemon_threads = True
+    httpd.state = state  # for main's signal handlers
     args.port = httpd.server_address[1]
     return httpd
+
+
+def drain_then_stop(httpd: ThreadingHTTPServer, state: ServerState) -> None:
+    """SGLang's SIGTERM path: unhealthy from now on; exit once nothing is in flight (at once where
+    SGL_FORCE_SHUTDOWN=1 or the server was already unhealthy)."""
+    already_unhealthy = not state.healthy()
+    state.draining = True
+    force = os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes")
+    while not (force or already_unhealthy):
+        with state.lock:
+            remaining = state.in_flight
+        sys.stderr.write(f"double: gracefully exiting, {remaining} request(s) in flight\n")
+        if remaining == 0:
+            break
+        time.sleep(state.args.drain_poll_seconds)
+    httpd.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     httpd = serve(args)
+    state = httpd.state
 
-    def stop(signum, _frame):
+    def drain(_signum, _frame):
+        if not state.draining:
+            threading.Thread(target=drain_then_stop, args=(httpd, state), daemon=True).start()
+
+    def stop(_signum, _frame):
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, drain)
     signal.signal(signal.SIGINT, stop)
     sys.stderr.write(f"double: serving on http://{args.host}:{args.port} pid {os.getpid()}\n")
     sys.stderr.write("The server is fired up and ready to roll!\n")

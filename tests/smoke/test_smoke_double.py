@@ -129,3 +129,113 @@ def test_knobs_from_the_environment(monkeypatch):
     monkeypatch.setenv("SGLANG_DOUBLE_ARGS", "--unhealthy --tie-at 3")
     args = _load_double().parse_args(["--port", "0"])
     assert args.unhealthy and args.tie_at == 3
+
+
+def test_load_endpoints_use_the_release_names(double):
+    url = double()
+    loads = _get(url + "/v1/loads")
+    assert set(loads) <= _strings("srt/entrypoints/v1_loads.py")
+    assert set(loads["loads"][0]) <= _class_fields("srt/managers/load_snapshot.py", "LoadSnapshot")
+    assert set(_get(url + "/get_load")[0]) <= _strings("srt/entrypoints/http_server.py")
+    assert {"/v1/loads", "/get_load"} <= _strings("srt/entrypoints/v1_loads.py") | _strings("srt/entrypoints/http_server.py")
+
+
+def test_metric_labels_are_the_schedulers(double):
+    url = double()
+    _post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 8}})
+    line = next(l for l in _get(url + "/metrics").splitlines() if l.startswith("sglang:spec_accept_length{"))
+    labels = {pair.split("=")[0] for pair in line.split("{", 1)[1].split("}", 1)[0].split(",")}
+    assert {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"} <= labels
+    assert labels <= _strings("srt/observability/metrics_collector.py")
+
+
+def test_accept_length_file_makes_the_draft_go_bad_at_run_time(double, tmp_path):
+    knob = tmp_path / "accept"
+    url = double("--accept-length", "4", "--accept-length-file", str(knob))
+    payload = {"text": "def f(x):", "sampling_params": {"max_new_tokens": 32}}
+    good = _post(url + "/generate", payload)
+    knob.write_text("1.0")
+    bad = _post(url + "/generate", payload)
+    assert good["output_ids"] == bad["output_ids"]  # outputs stay correct
+    assert good["meta_info"]["spec_accept_length"] > 2.5 and bad["meta_info"]["spec_accept_length"] < 1.2
+    gauge = next(l for l in _get(url + "/metrics").splitlines() if l.startswith("sglang:spec_accept_length{"))
+    assert float(gauge.rsplit(" ", 1)[1]) < 1.2
+
+
+def _start(*flags: str, env: dict | None = None):
+    """A double as its own process (the tests signal it); returns (process, base URL)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, str(DOUBLE), "--port", "0", "--quiet", *flags], stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})})
+    for line in proc.stderr:
+        if "serving on" in line:
+            return proc, line.split("serving on ", 1)[1].split()[0]
+    raise AssertionError("the double did not start")
+
+
+def _generate_in_background(url: str):
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["answer"] = _post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}})
+        except Exception as err:  # noqa: BLE001 (the test asserts on it)
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def _wait_in_flight(url: str, count: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while _get(url + "/v1/loads")["loads"][0]["num_running_reqs"] != count:
+        assert time.monotonic() < deadline, f"never {count} request(s) in flight"
+        time.sleep(0.05)
+
+
+def test_sigterm_drains_like_sglang():
+    import signal
+
+    proc, url = _start("--request-seconds", "2", "--drain-poll-seconds", "0.2")
+    try:
+        thread, outcome = _generate_in_background(url)
+        _wait_in_flight(url, 1)
+        assert _get(url + "/get_load")[0]["num_reqs"] == 1
+        proc.send_signal(signal.SIGTERM)
+        import time
+
+        time.sleep(0.3)
+        assert _status(url + "/health") == 503 and _status(url + "/health_generate") == 503
+        assert proc.poll() is None  # still serving what is in flight
+        thread.join(timeout=10)
+        assert "answer" in outcome, outcome
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+def test_forced_shutdown_cuts_requests_off():
+    import signal
+
+    proc, url = _start("--request-seconds", "5", env={"SGL_FORCE_SHUTDOWN": "1"})
+    try:
+        thread, outcome = _generate_in_background(url)
+        _wait_in_flight(url, 1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0
+        thread.join(timeout=10)
+        assert "error" in outcome
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
