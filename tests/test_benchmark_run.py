@@ -1,7 +1,7 @@
 """benchmarks/timing.py's results folder (`Run`), which every GPU benchmark script writes through: it must
 keep what a run measured up to the moment it is cut short (the device tool returns what is under $OUT when
 a command runs past its limit). Also what the scripts decide without a GPU: their imports, gpu_commit's
-`--cuda` argument, the sweep's cases, the probes' build. The CUDA timings need a GPU and run only there."""
+`--cuda` argument, the sweep's cases. The CUDA timings need a GPU and run only there."""
 
 import json
 
@@ -34,7 +34,7 @@ def test_each_gpu_benchmark_reaches_the_timing_module_by_its_name():
     script then fails on the GPU only (it did: three scripts, one device call). Importing them needs no GPU."""
     import importlib
 
-    for name in ("gpu_commit", "gpu_run", "gpu_ring", "gpu_membench"):
+    for name in ("gpu_commit", "gpu_run", "gpu_ring", "gpu_sweep"):
         module = importlib.import_module(f"benchmarks.{name}")
         assert module.timing is timing, f"benchmarks/{name}.py rebinds `timing`"
 
@@ -73,29 +73,3 @@ def test_the_sweep_gives_memcheck_every_window_and_each_axis_on_short_and_long_w
             for row, (slot, step) in enumerate(zip(track_slots, steps)):
                 assert slot == -1 or (slot not in active and 0 <= step < c["accept_lens"][row]), (c, row)
             assert any(s >= 0 for s in track_slots)
-
-
-def test_the_memory_probes_build_and_their_argument_struct_is_the_kernels():
-    """benchmarks/gpu_membench.py launches membench.cu's probes by name with a ctypes copy of `struct Probe`: a
-    probe it names that the source lacks, or a field out of order, would fail (or read garbage) on the GPU only."""
-    import ctypes
-    import re
-
-    from benchmarks import gpu_membench
-    from replayssm_overlay.kernels import nvrtc
-
-    source = gpu_membench.SOURCE.read_text()
-    cubin, log = nvrtc.compile_cubin(source, ["--ptxas-options=-v"], "membench.cu")
-    assert cubin[:4] == b"\x7fELF"
-    assert set(nvrtc.ptxas_report(log)) == {f"probe_{name}" for name in gpu_membench.PROBES}
-    body = re.search(r"struct Probe \{(.*?)\};", source, re.S).group(1)
-    fields = []
-    for decl in re.sub(r"//.*", "", body).split(";"):
-        decl = re.sub(r"\bconst\s+", "", decl).strip()
-        if decl:
-            kind, names = decl.split(None, 1)
-            fields += [(n.strip(" *"), "*" in decl, kind.rstrip("*")) for n in names.split(",")]
-    expected = [(name, ty is ctypes.c_void_p, {ctypes.c_int32: "int", ctypes.c_float: "float"}.get(ty))
-                for name, ty in gpu_membench.Probe._fields_]
-    assert [(n, p) for n, p, _ in fields] == [(n, p) for n, p, _ in expected]
-    assert all(kind == ty for (_, p, kind), (_, _, ty) in zip(fields, expected) if not p)

@@ -1,18 +1,20 @@
 """The CUDA commit kernel (kernels/gdn_fold.cu, kernels/cuda_fold.py): what can be checked without a GPU
 (it compiles for sm_90 with NVRTC within its register budget, its argument struct is the kernel's, the
-host refuses what the kernel does not cover, stale artifacts are refused) and, on a GPU (marked `gpu`),
+host refuses what the kernel does not cover, its launch hands the driver one parameter buffer) and, on a GPU
+(marked `gpu`),
 that it is bitwise equal to SGLang's decode kernel run token by token."""
 
 import ctypes
 import re
+import struct
 
 import pytest
 import torch
 
-from benchmarks import ncu_regions
 from benchmarks.fold_cases import decode_reference, make_case
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import commit_plan, cuda_fold, gdn_fold, nvrtc
+from replayssm_overlay.kernels import commit_plan, cu_driver, cuda_fold, gdn_fold, nvrtc
+from tests.kernels import sass as sass_tools
 
 BUDGET_REGISTERS = {False: 128, True: 168}  # with a track slot: 16 or 12 warps per SM (MIN_BLOCKS[_TRACK])
 SPILL_OUTSIDE_STEPS = 8  # bytes stored + loaded, as ptxas counts them
@@ -44,10 +46,10 @@ def test_source_compiles_for_sm90_within_its_register_budget(tmp_path):
     for name, entry in report["ptxas"].items():
         assert entry["registers"] <= BUDGET_REGISTERS[name.endswith("_track")], (name, entry)
         assert entry["spill_bytes"] <= SPILL_OUTSIDE_STEPS, (name, entry)
-        sass = ncu_regions.sass_of(tmp_path / "fold.cubin", name)
-        _, steps = ncu_regions.region_bounds(sass)
+        sass = sass_tools.sass_of(tmp_path / "fold.cubin", name)
+        steps = sass_tools.step_loops(sass)
         local = [(hex(a), ins) for a, ins in sass if re.search(r"\b(LDL|STL)\b", ins) and
-                 ncu_regions.region(a, (0, 0), steps) == "step loop"]
+                 any(first <= a <= last for first, last in steps)]
         assert not local, (name, local)
 
 
@@ -276,3 +278,30 @@ def test_a_step_unroll_that_nvvm_compiles_without_a_remainder_loop_does_not_buil
     and folds extra steps. The source refuses such a build instead of making one (notes/perf.md)."""
     with pytest.raises(OverlayError, match="power of two"):
         nvrtc.compile_cubin(SOURCE, [f"-DSTEP_UNROLL={unroll}"])
+
+
+def test_the_driver_launch_passes_the_parameter_buffer_and_the_current_stream(monkeypatch):
+    """`cu_driver.CubinLaunch` with libcuda's cuLaunchKernel replaced by a recorder (no driver here): the
+    function handle as cuModuleGetFunction gives it, no parameter array, and the buffer's bytes and size in
+    `extra`, read at launch time."""
+    seen = []
+
+    def cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        assert params is None and (extra[0], extra[2], extra[4]) == (1, 2, None)
+        size = ctypes.c_size_t.from_address(extra[3]).value
+        seen.append((function.value, gx.value, gy.value, gz.value, bx.value, shared.value, stream.value,
+                     struct.unpack("<Qi4x", ctypes.string_at(extra[1], size))))
+        return 0
+
+    monkeypatch.setattr(cu_driver, "driver", lambda: {"cuLaunchKernel": cu_launch_kernel})
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0x99 + device, raising=False)
+
+    class Args(ctypes.Structure):
+        _fields_ = [("state", ctypes.c_void_p), ("HV", ctypes.c_int32)]
+
+    args = Args(0x1000, 7)
+    queue = cu_driver.CubinLaunch(ctypes.c_void_p(0x5678), (3, 2), 128, 512, args, 1)
+    queue()
+    args.HV = 8
+    queue()
+    assert seen == [(0x5678, 3, 2, 1, 128, 512, 0x9A, (0x1000, 7)), (0x5678, 3, 2, 1, 128, 512, 0x9A, (0x1000, 8))]
