@@ -5,8 +5,9 @@ CUDA-graph timings of the whole commit (fold + conv rollback, track slot) throug
 
     RSO_SGLANG_KERNELS=DIR python benchmarks/gpu_commit.py --out OUTDIR [--artifacts DIR] [--quick]
 
-`--artifacts`: prebuilt kernels for this node (`replayssm-overlay kernels build`); without it the
-prebuilt choices (the Triton kernel's binaries, the CUDA kernel) are skipped. `--cuda LABEL=CUBIN:COLUMNS[:GRID]`
+`--artifacts`: the prebuilt CUDA kernel for this node (`replayssm-overlay kernels build`); without it the
+served choice (overlay-cuda) is skipped. The other choices: SGLang's commit through the entry point
+(`RSO_FOLD=sglang`) and the overlay's Triton kernel (`RSO_FOLD=triton`). `--cuda LABEL=CUBIN:COLUMNS[:GRID]`
 adds another build of the CUDA kernel (a layout variant, `nvrtc.compile_cubin`) as choice overlay-cuda-LABEL,
 launched on the grid GRID (`cuda_fold.GRIDS`: auto, as served, by default; persistent, per-item or pairs pin one). Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
 kernel wrote):
@@ -44,7 +45,7 @@ sys.path[:0] = [str(ROOT / "overlay"), str(ROOT)]
 from benchmarks import timing  # noqa: E402
 from benchmarks.fold_cases import decode_reference, make_case, sglang_module, snapshot_reference  # noqa: E402
 from replayssm_overlay import fold  # noqa: E402
-from replayssm_overlay.kernels import commit_plan, gdn_fold, launch, loader  # noqa: E402
+from replayssm_overlay.kernels import commit_plan, gdn_fold, loader  # noqa: E402
 
 # (L, HV, H, window): Qwen3.5-35B-A3B at TP 1; Qwen3.5-397B-A17B at TP 4 (60 layers, 45 GDN)
 SHAPES = {"35b": (30, 32, 16, 16), "397b-tp4": (45, 16, 4, 4)}
@@ -72,9 +73,9 @@ def spec_state(temporal, rawv, rawk, g, beta, conv, window):
                                  replayssm_beta=beta, conv=[conv], intermediate_conv_window=[window])
 
 
-def use_choice(kind, artifacts=None):
+def use_choice(kind, kernels=None):
     """Switch the entry point's fold choice in this process (the server decides once)."""
-    fold._choice = (kind, "benchmark", artifacts)
+    fold._choice = (kind, "benchmark", kernels)
     fold._plans.clear()
 
 
@@ -146,8 +147,8 @@ def exact_entry(case, name, choices, expected=None):
     stock_commit(ref, case.slots, case.accept_lens, last, case.track_slots, case.track_steps)
     torch.cuda.synchronize()
     ok_all = True
-    for kind, artifacts in choices:
-        use_choice(kind, artifacts)
+    for kind, kernels in choices:
+        use_choice(kind, kernels)
         ss = spec_state(case.initial.clone(), case.rawv, case.rawk, case.g, case.beta, conv0.clone(), window)
         entry_commit(ss, case.slots, case.accept_lens, case.track_slots, case.track_steps)
         torch.cuda.synchronize()
@@ -160,7 +161,7 @@ def exact_entry(case, name, choices, expected=None):
 
 
 def exact_snapshot(case, name):
-    use_choice("overlay-jit")
+    use_choice("overlay-triton")
     expected = snapshot_reference(case)
     ss = spec_state(case.initial.clone(), case.rawv, case.rawk, case.g, case.beta,
                     *conv_pair(case.L, case.temporal.shape[1], len(case.slots), case.N, case.H, case.HV)[:2])
@@ -260,13 +261,11 @@ def time_commits(choices, calls, quick):
         def f_entry(i):
             entry_commit(pool.ss, pool.slots[i], lens, tslots(i), tsteps)
 
-        subjects = [("stock", None, f_stock)] + [(kind, artifacts, f_entry) for kind, artifacts in choices]
-        subjects += [(f"{kind}-runner", artifacts, f_entry) for kind, artifacts in choices if kind == "overlay-prebuilt"]
-        for name, artifacts, fn in subjects:
+        subjects = [("stock", None, f_stock)] + [(kind, kernels, f_entry) for kind, kernels in choices]
+        for name, kernels, fn in subjects:
             try:
-                launch.RAW = not name.endswith("-runner")
                 if name != "stock":
-                    use_choice(name.removesuffix("-runner"), artifacts)
+                    use_choice(name, kernels)
                 wall, host = timing.eager_us(fn, pool.sets, calls)
                 gpu = timing.graph_us(fn, pool.sets, 40)
                 mem = peak_bytes(fn)
@@ -275,7 +274,6 @@ def time_commits(choices, calls, quick):
             except Exception:
                 row[name] = dict(error=traceback.format_exc()[-1500:])
                 log(row[name]["error"])
-        launch.RAW = True
         RESULTS["timing"].append(row)
         save()
         log("time", json.dumps(row))
@@ -295,11 +293,10 @@ def cuda_fold_only(source, ss, slot_sets, lens):
     return lambda i: run(*head, slot_sets[i], lens, slot_sets[i], lens, *ints, *conv_ints)
 
 
-def breakdown(choices, v4_path):
-    """At the 35b shape, T=16, all accepted: CUDA-graph time of each piece alone (our fold without conv in
-    the v4 kernel of the last release if given, SGLang's fold and conv scatter), and the host time of the
-    entry point's pieces (medians of 200 calls taken in turn, idle and after a 2 ms GPU wait; the whole entry
-    point idle, 200 calls of each choice in a row)."""
+def breakdown(choices):
+    """At the 35b shape, T=16, all accepted: CUDA-graph time of each piece alone (our fold without conv, SGLang's
+    fold and conv scatter), and the host time of the entry point's pieces (medians of 200 calls taken in turn,
+    idle and after a 2 ms GPU wait; the whole entry point idle, 200 calls of each choice in a row)."""
     L, HV, H, N = SHAPES["35b"]
     for B in (1, 8):
         pool = Pool(L, HV, H, N, B)
@@ -313,12 +310,6 @@ def breakdown(choices, v4_path):
         pieces["sglang fold"] = lambda i: stock_fold(ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g,
                                                      ss.replayssm_beta, pool.slots[i], lens, N, H)
         pieces["sglang conv scatter"] = lambda i: scatter(ss.conv[0], ss.intermediate_conv_window[0], pool.slots[i], last)
-        if v4_path:
-            from benchmarks.aot_sglang_fold import load_compiled
-
-            v4 = load_compiled(Path(v4_path), "rso_gdn_fold_v4")
-            pieces["v4 fold (knorm + fold)"] = lambda i: v4.fold_all_layers(
-                ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g, ss.replayssm_beta, pool.slots[i], lens)
         for kind, source in choices:
             if kind.startswith("overlay-cuda"):
                 pieces[f"{kind} fold without conv"] = cuda_fold_only(source, ss, pool.slots, lens)
@@ -335,21 +326,17 @@ def breakdown(choices, v4_path):
     lens = pool.lens("all", 0)
     subjects = {"torch.empty(1) on the GPU": lambda i: torch.empty(1, device="cuda"),
                 "commit_plan.indices x2": lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0))}
-    for kind, artifacts in choices:
-        if kind in ("overlay-jit", "overlay-prebuilt", "overlay-cuda"):
-            for raw in (True, False) if kind == "overlay-prebuilt" else (True,):
-                launch.RAW = raw  # read when the plan prepares its launch
-                plan = commit_plan.CommitPlan(pool.ss, 1, False, fold.kernel_source(artifacts))
-                subjects[f"CommitPlan.run ({kind if raw else kind + '-runner'})"] = \
-                    lambda i, plan=plan: plan.run(pool.slots[i], lens)
-            launch.RAW = True
+    for kind, kernels in choices:
+        if kind in ("overlay-triton", "overlay-cuda"):
+            plan = commit_plan.CommitPlan(pool.ss, 1, False, fold.kernel_source(kernels))
+            subjects[f"CommitPlan.run ({kind})"] = lambda i, plan=plan: plan.run(pool.slots[i], lens)
     hosts = {name: {} for name in subjects}
     for wait, us in HOST_WAITS.items():
         for name, median in timing.host_us_interleaved(subjects, pool.sets, 200, us).items():
             hosts[name][wait] = round(median, 1)
-    for kind, artifacts in choices:
-        if kind in ("overlay-prebuilt", "overlay-cuda"):
-            use_choice(kind, artifacts)
+    for kind, kernels in choices:
+        if kind == "overlay-cuda":
+            use_choice(kind, kernels)
             hosts[f"fold_accepted_prefix ({kind})"] = {"idle": round(timing.eager_us(
                 lambda i: entry_commit(pool.ss, pool.slots[i], lens), pool.sets, 200)[1], 1)}
     for name, medians in hosts.items():
@@ -359,7 +346,7 @@ def breakdown(choices, v4_path):
 
 
 def table():
-    names = ["stock", "sglang", "overlay-jit", "overlay-prebuilt", "overlay-prebuilt-runner"]
+    names = ["stock", "sglang", "overlay-triton"]
     names += sorted({n for r in RESULTS["timing"] for n in r if n.startswith("overlay-cuda")})
     print(f"\nTriton {RESULTS['env']['triton']}: eager wall us (host us) / graph us; peak MB of one commit")
     print(f"{'shape':9s} {'B':>2s} {'acc':6s} {'trk':3s} | " + " | ".join(f"{n:>24s}" for n in names))
@@ -397,11 +384,10 @@ def cuda_choice(spec: str, grids) -> tuple[str, str, int, str]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for commit_<triton>.json and the log")
-    parser.add_argument("--artifacts", type=Path, help="prebuilt kernel folder for this node (default: none)")
+    parser.add_argument("--artifacts", type=Path, help="the CUDA kernel's folder for this node (default: none)")
     parser.add_argument("--calls", type=int, default=48, help="eager calls per median (default 48)")
     parser.add_argument("--quick", action="store_true", help="only the issue's shapes (no windows 4/8 at T=16's pool)")
     parser.add_argument("--skip-exact", action="store_true")
-    parser.add_argument("--v4", help="path of the last release's gdn_fold.py, timed beside (default: not timed)")
     parser.add_argument("--cuda", action="append", default=[], metavar="LABEL=CUBIN:COLUMNS[:GRID]",
                         help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL, on grid "
                              "GRID (auto, persistent, per-item or pairs; default auto)")
@@ -412,17 +398,13 @@ def main():
     RESULTS["env"] = dict(torch=torch.__version__, triton=triton.__version__, gpu=torch.cuda.get_device_name())
     log("env", RESULTS["env"])
     sglang_module("mamba.mamba_state_scatter_triton")  # stock's commit imports it by name
-    choices = [("sglang", None), ("overlay-jit", None)]
+    choices = [("sglang", None), ("overlay-triton", None)]
     if args.artifacts:
         artifacts, why = loader.open_or_explain(args.artifacts)
         RESULTS["artifacts"] = why or str(args.artifacts)
         log("artifacts:", RESULTS["artifacts"])
         if artifacts is not None:
-            choices.append(("overlay-prebuilt", artifacts))
-            try:
-                choices.append(("overlay-cuda", artifacts.cuda_kernels()))
-            except loader.ArtifactRefused as err:
-                log("no CUDA commit kernel:", err.what)
+            choices.append(("overlay-cuda", artifacts.cuda_kernels()))
     from replayssm_overlay.kernels import cuda_fold
 
     for spec in args.cuda:
@@ -437,7 +419,7 @@ def main():
             ok = False
             log(traceback.format_exc())
         log(f"exactness done in {time.time() - t0:.0f} s")
-    for part in (lambda: breakdown(choices, args.v4), lambda: time_commits(choices, args.calls, args.quick)):
+    for part in (lambda: breakdown(choices), lambda: time_commits(choices, args.calls, args.quick)):
         try:
             part()
         except Exception:

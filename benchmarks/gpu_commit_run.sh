@@ -6,8 +6,8 @@
 #
 #   TRITON_CARRY=../../.carry/triton-3.7.1.tar.xz bash benchmarks/gpu_commit_run.sh
 #
-# For each Triton it builds the prebuilt kernels for this node into /tmp (`replayssm-overlay kernels
-# build`, as the image does), then runs gpu_commit.py with them. Leaves gpu.txt, build.log,
+# For each Triton it builds the CUDA commit kernel for this node into /tmp (`replayssm-overlay kernels
+# build`, as the image does), then runs gpu_commit.py with it. Leaves gpu.txt, build.log,
 # commit_<triton>.json and log_<triton>.txt in $OUT; GPU_COMMIT_ARGS adds arguments to both runs (e.g. a
 # --cuda baseline), GPU_COMMIT_ARGS_MACHINE to the second (machine Triton) run only, e.g. --quick.
 set -uo pipefail

@@ -15,10 +15,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:?set OUT to the results folder}
 : "${RSO_SGLANG_KERNELS:?set RSO_SGLANG_KERNELS to the folder of SGLang 0.5.19 kernel files}"
 RSO_SGLANG_KERNELS=$(realpath "$RSO_SGLANG_KERNELS")
-# the AOT test builds SGLang's own fold too, from its file
-export PYTHONUNBUFFERED=1 RSO_SGLANG_KERNELS RSO_SGLANG_FOLD_FILE=$RSO_SGLANG_KERNELS/gdn_replayssm_spec_fold.py
+export PYTHONUNBUFFERED=1 RSO_SGLANG_KERNELS
 cd "$root" || exit 2
-tests=${GPU_TESTS:-tests/kernels/test_gdn_fold.py tests/kernels/test_cuda_fold.py tests/kernels/test_selfcheck.py tests/aot/test_aot_gpu.py}
+tests=${GPU_TESTS:-tests/kernels/test_gdn_fold.py tests/kernels/test_cuda_fold.py tests/kernels/test_selfcheck.py
+  tests/kernels/test_sglang_warmup_gpu.py}
 carry=$(realpath "${TRITON_CARRY:?set TRITON_CARRY}")
 mkdir -p /tmp/triton && tar xJf "$carry" -C /tmp/triton
 status=0
@@ -32,11 +32,11 @@ gpu_tests() {  # $1: label, then env assignments
 gpu_tests triton-3.7.1 PYTHONPATH="/tmp/triton" TRITON_BACKENDS_IN_TREE=1 \
   TRITON_PTXAS_PATH=/tmp/triton/triton/backends/nvidia/bin/ptxas
 gpu_tests machine
-echo "== self-check before serving (benchmarks/gpu_selfcheck.py, Triton 3.7.1, prebuilt kernels)"
+echo "== self-check before serving (benchmarks/gpu_selfcheck.py, Triton 3.7.1, the CUDA kernel built here)"
 t371=(PYTHONPATH="/tmp/triton:$root/overlay:$root" TRITON_BACKENDS_IN_TREE=1
       TRITON_PTXAS_PATH=/tmp/triton/triton/backends/nvidia/bin/ptxas)
 env "${t371[@]}" python3 -m replayssm_overlay kernels build --out /tmp/rso-selfcheck-kernels \
-  --model qwen3.5-35b-a3b --tp 1 --window 16 >"$out/selfcheck_build.log" 2>&1 || status=1
+  >"$out/selfcheck_build.log" 2>&1 || status=1
 env "${t371[@]}" python3 benchmarks/gpu_selfcheck.py --artifacts /tmp/rso-selfcheck-kernels \
   --out "$out/selfcheck" >"$out/selfcheck.log" 2>&1 || status=1
 tail -8 "$out/selfcheck.log"

@@ -2,18 +2,18 @@
 
     RSO_SGLANG_KERNELS=/path/to/kernel-files python benchmarks/gpu_selfcheck.py --artifacts DIR [--out DIR]
 
-DIR holds prebuilt fold kernels for the target's per-rank shape (HV=32, H=16, K=V=128) and window 16,
-built for this node: `replayssm-overlay kernels build --out DIR --model qwen3.5-35b-a3b --tp 1 --window 16`.
-Each case runs `selfcheck.check_before_serving` for that shape in a fresh Python process and records
-its outcome, the fold chosen afterwards, its wall time, and how often Triton's JIT ran the overlay's
-own commit kernel (`run` and `warmup` of `gdn_fold.gdn_replayssm_fold_kernel`, counted):
+DIR holds the prebuilt CUDA commit kernel, built for this node: `replayssm-overlay kernels build --out DIR`.
+Each case runs `selfcheck.check_before_serving` for the target's per-rank shape (HV=32, H=16, K=V=128,
+window 16) in a fresh Python process and records its outcome, the fold chosen afterwards, its wall time,
+and how often Triton's JIT ran the overlay's Triton kernel (`run` and `warmup` of
+`gdn_fold.gdn_replayssm_fold_kernel`, counted):
 
   prebuilt-cold   RSO_KERNEL_DIR=DIR, an empty Triton cache (first start of a node): must pass with
-                  the prebuilt kernels and JIT-run none of the overlay's kernels; its time includes
+                  the CUDA kernel and run none of the overlay's Triton kernels; its time includes
                   compiling SGLang's recurrence (ring write and decode specializations);
   prebuilt-warm   the same with the cache the cold case left (a restart): the startup cost to budget
                   (issue: at most 5 s);
-  planted         RSO_FOLD=overlay (JIT) with the numpy reduction tree planted instead of the GPU's:
+  planted         RSO_FOLD=triton with the numpy reduction tree planted instead of the GPU's:
                   must be caught (outcome mismatch) and leave SGLang's fold chosen.
 
 Prints a table, writes selfcheck.json to --out, exits 0 only if every check holds. The times are
@@ -73,10 +73,10 @@ def run_case(case: str) -> dict:
 def verdicts(results: dict, expected_fold: str) -> list[tuple[str, bool]]:
     cold, warm, planted = (results[c] for c in CASES)
     return [
-        (f"prebuilt-cold passes with the prebuilt kernels ({expected_fold})",
+        (f"prebuilt-cold passes with the prebuilt kernel ({expected_fold})",
          cold.get("outcome") == "passed" and cold.get("fold", {}).get("fold") == expected_fold),
-        ("prebuilt-cold runs none of the overlay's kernels through the JIT", cold.get("overlay_jit_runs") == 0),
-        ("prebuilt-warm passes, no JIT of the overlay's kernels",
+        ("prebuilt-cold runs none of the overlay's Triton kernels", cold.get("overlay_jit_runs") == 0),
+        ("prebuilt-warm passes, none of the overlay's Triton kernels run",
          warm.get("outcome") == "passed" and warm.get("overlay_jit_runs") == 0),
         ("planted reordered tree is caught and SGLang's fold chosen",
          planted.get("outcome") == "mismatch" and planted.get("fold", {}).get("fold") == "sglang"),
@@ -85,7 +85,7 @@ def verdicts(results: dict, expected_fold: str) -> list[tuple[str, bool]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--artifacts", required=True, type=Path, help="prebuilt kernels for HV32 H16 K128 V128 T16")
+    parser.add_argument("--artifacts", required=True, type=Path, help="the CUDA kernel's folder for this node")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")), help="where to write JSON")
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
@@ -101,7 +101,7 @@ def main() -> int:
             env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / ("triton-planted" if case == "planted" else "triton")),
                        RSO_STATE_DIR=str(tmp / "state"), PYTHONUNBUFFERED="1")
             if case == "planted":
-                env.update(RSO_FOLD="overlay", RSO_KERNEL_DIR=str(tmp / "no-kernels"))
+                env.update(RSO_FOLD="triton", RSO_KERNEL_DIR=str(tmp / "no-kernels"))
             else:
                 env.pop("RSO_FOLD", None)
                 env["RSO_KERNEL_DIR"] = str(args.artifacts.resolve())
@@ -112,9 +112,7 @@ def main() -> int:
                 results[case] = {"case": case, "error": run.stderr[-3000:]}
                 continue
             results[case] = json.loads(run.stdout.strip().splitlines()[-1])
-    # the CUDA commit kernel where the build has it (the default choice), else the Triton kernel's binaries
-    built_cuda = bool(json.loads((args.artifacts / "manifest.json").read_text()).get("cuda", {}).get("file"))
-    checks = verdicts(results, "overlay-cuda" if built_cuda else "overlay-prebuilt")
+    checks = verdicts(results, "overlay-cuda")
     (args.out / "selfcheck.json").write_text(json.dumps({"results": results, "checks": checks,
                                                           "budget_s": BUDGET_S}, indent=2))
     print(f"{'case':15s} {'outcome':10s} {'fold':17s} {'seconds':>8s} {'overlay JIT runs':>17s}")

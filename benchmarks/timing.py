@@ -1,7 +1,7 @@
-"""What the GPU benchmark scripts (gpu_commit.py, gpu_run.py, gpu_ring.py, gpu_membench.py, gpu_aot_check.py,
-register_fetch.py) share: CUDA-graph replay, eager and event medians, the copy ceiling, the SM clock, and a
-results folder written as a run goes. One copy, so that a number called "graph us", "eager us" or "copy
-ceiling" is measured the same way in every script's table."""
+"""What the GPU benchmark scripts (gpu_commit.py, gpu_run.py, gpu_ring.py, gpu_sweep.py) share: CUDA-graph
+replay, eager and event medians, the copy ceiling, the SM clock, and a results folder written as a run goes.
+One copy, so that a number called "graph us", "eager us" or "copy ceiling" is measured the same way in every
+script's table."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@
 # release, base or lane, unreachable registry) with one clear message before any long step starts.
 #
 #   make build  [SGLANG_RELEASE=0.5.19] [CUDA_LANE=cu130] [KERNELS=build|skip] [IMAGE=name:tag] [ALLOW_DIRTY=1]
-#               [KERNEL_MODEL=all|PRESET,...] [KERNEL_WINDOW=T,...] [KERNEL_TP=N,...]
 #   make save   [IMAGE=...] [DIST_DIR=build/docker/dist]      make load TARBALL=file.tar.gz
 #   make push   REGISTRY=host[:port][/path] [IMAGE=...]       make image-diff [IMAGE=...]
 #   make pin-base [SGLANG_RELEASE=...] [CUDA_LANE=...] [DIGEST=sha256:...]   make pins   make docker-lint
@@ -26,9 +25,6 @@ IMAGE_NAME ?= sglang-replayssm
 IMAGE_TAG ?= $(SGLANG_RELEASE)-$(OVERLAY_VERSION)$(if $(filter-out $(RSO_DEFAULT_LANE),$(CUDA_LANE)),-$(CUDA_LANE))
 IMAGE ?= $(IMAGE_NAME):$(IMAGE_TAG)
 KERNELS ?= build
-KERNEL_MODEL ?= all
-KERNEL_WINDOW ?=
-KERNEL_TP ?=
 BASE_IMAGE ?=
 BASE_DIGEST ?=
 BASE_STANDIN ?= false
@@ -45,7 +41,7 @@ export DOCKER_BUILDKIT ?= 0
 
 build: ## build sglang-replayssm:<release>-<overlay> on the digest-pinned base (SGLANG_RELEASE=, CUDA_LANE=, KERNELS=build|skip)
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/build.py --image $(IMAGE) --release "$(SGLANG_RELEASE)" --lane "$(CUDA_LANE)" \
-	  --kernels $(KERNELS) --kernel-model $(KERNEL_MODEL) --kernel-window "$(KERNEL_WINDOW)" --kernel-tp "$(KERNEL_TP)" --python $(WHEEL_PYTHON) --base-python $(BASE_PYTHON) \
+	  --kernels $(KERNELS) --python $(WHEEL_PYTHON) --base-python $(BASE_PYTHON) \
 	  --build-dir $(BUILD_DIR) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) $(if $(BASE_DIGEST),--base-digest $(BASE_DIGEST)) \
 	  $(if $(filter true 1 yes,$(BASE_STANDIN)),--standin) $(if $(filter true 1 yes,$(ALLOW_DIRTY)),--allow-dirty)
 

@@ -31,8 +31,8 @@ What it does (a few minutes on 2 CPU cores, no GPU needed):
 The model is embedded: a tiny hybrid GDN (2 layers, 2 key heads, 4 value heads, K=128, V=32, conv 4) with
 an fp32 conv state (Triton's CPU interpreter computes the conv kernel wrongly in bf16). SGLang's Triton
 kernels run under TRITON_INTERPRET=1; bitwise equality here is between interpreted kernels. By default
-the overlay's commit runs the overlay's own fold kernel (--fold overlay; K=128 is the head dim it
-covers; compiled by the interpreter here, prebuilt on a GPU node); the report names the kernel used.
+the overlay's commit runs the overlay's own fold kernel (--fold triton, the CUDA kernel's Triton twin;
+K=128 is the head dim it covers; run by the interpreter here); the report names the kernel used.
 `--fold sglang --head-k-dim 16` is the quicker run with SGLang's fold.
 
 Exit status: 0 every row as expected; 1 a row not as expected; 2 environment error (no SGLang 0.5.19,
@@ -177,11 +177,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--fold",
-        choices=("auto", "overlay", "sglang"),
-        default="overlay",
-        help="the fold kernel of the overlay's commit, as RSO_FOLD for the probes (default overlay: the "
-        "overlay's own kernel; auto: prebuilt overlay kernels if they match this node, else SGLang's; "
-        "sglang: SGLang's fold)",
+        choices=("auto", "triton", "sglang"),
+        default="triton",
+        help="the fold kernel of the overlay's commit, as RSO_FOLD for the probes (default triton: the "
+        "overlay's own kernel, its Triton twin; auto: the prebuilt CUDA kernel if it matches this node, else "
+        "SGLang's; sglang: SGLang's fold)",
     )
     parser.add_argument(
         "--head-k-dim",

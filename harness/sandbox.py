@@ -69,7 +69,7 @@ def apply_overlay(sglang_dir: pathlib.Path) -> dict:
     return apply(sglang_dir, kernels=fold.describe())
 
 
-FOLD_VARIABLE = "RSO_FOLD"  # the overlay's fold choice (replayssm_overlay.fold): auto, overlay, sglang
+FOLD_VARIABLE = "RSO_FOLD"  # the overlay's fold choice (replayssm_overlay.fold): auto, triton, sglang
 
 
 UNIMPORTABLE_OVERLAY = 'raise ImportError("replayssm_overlay hidden by the test (planted package)")\n'

@@ -53,11 +53,14 @@ def track_row(stock_steps: dict, patched_steps: dict) -> dict:
     return {**patched_steps, "ok": ok}
 
 
+FOLD_KINDS = {"triton": "overlay-triton", "sglang": "sglang"}  # RSO_FOLD -> the fold it must give
+
+
 def fold_row(used: dict | None, requested: str | None) -> dict:
-    """The fold the patched commit used; with `requested` overlay or sglang, it must be that one (a
+    """The fold the patched commit used; with `requested` triton or sglang, it must be that one (a
     silent fallback from the overlay's kernel to SGLang's is not what was asked for)."""
     kind = (used or {}).get("fold", "unknown")
-    ok = requested not in ("overlay", "sglang") or kind.startswith(requested)
+    ok = requested not in FOLD_KINDS or kind == FOLD_KINDS[requested]
     return {**(used or {"fold": kind}), "requested": requested, "ok": ok}
 
 

@@ -38,7 +38,7 @@ def test_make_help_aligns_every_description():
     assert len(columns) == 1, done.stdout
     names = [row.group(1) for row in rows]
     assert names == sorted(names) and len(names) == len(set(names))
-    assert {"patch-status", "fleet-status", "aot-proof-artifacts"} <= set(names)
+    assert {"patch-status", "fleet-status", "aot-build"} <= set(names)
 
 
 def test_make_status_says_which_status_to_ask_for():

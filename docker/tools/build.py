@@ -8,7 +8,6 @@ read its report (the dry run's sha256 of each file after patching); (4) build th
 values as labels, which the last build step cross-checks against the patched files.
 
     python3 docker/tools/build.py --image NAME:TAG [--release R] [--lane L] [--kernels build|skip]
-        [--kernel-model M] [--kernel-window T,...] [--kernel-tp N,...]
         [--base-image REF --standin] [--python PY] [--build-dir DIR] [--allow-dirty]
 """
 
@@ -121,9 +120,6 @@ def main() -> int:
     parser.add_argument("--base-digest", default="")
     parser.add_argument("--standin", action="store_true")
     parser.add_argument("--kernels", default="build", choices=("build", "skip"))
-    parser.add_argument("--kernel-model", default="all", help="all, or PRESET[,PRESET...]")
-    parser.add_argument("--kernel-window", default="", help="verify windows T[,T...] (default: the kernels CLI's)")
-    parser.add_argument("--kernel-tp", default="", help="tensor-parallel sizes N[,N...] (default: the kernels CLI's)")
     parser.add_argument("--python", default=sys.executable, help="python with pip+setuptools to build the wheel")
     parser.add_argument("--base-python", default="python3", help="the base image's python (RSO_PYTHON)")
     parser.add_argument("--build-dir", default=str(REPO / "build" / "docker"))
@@ -143,8 +139,7 @@ def main() -> int:
         "BASE_IMAGE": base["from"], "BASE_NAME": base["name"], "BASE_DIGEST": base["digest"],
         "BASE_STANDIN": "true" if base["standin"] else "false", "SGLANG_RELEASE": base["release"],
         "CUDA_LANE": base["lane"], "OVERLAY_VERSION": version, "IMAGE_VERSION": tag,
-        "RSO_KERNELS": args.kernels, "RSO_KERNEL_MODEL": args.kernel_model,
-        "RSO_KERNEL_WINDOW": args.kernel_window, "RSO_KERNEL_TP": args.kernel_tp, "RSO_PYTHON": args.base_python,
+        "RSO_KERNELS": args.kernels, "RSO_PYTHON": args.base_python,
     }
     log(f"      {wheel.name} from {source.revision}")
     log("[3/4] base check (stage base-check)")

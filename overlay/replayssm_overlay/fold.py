@@ -12,18 +12,16 @@ what SGLang's decode recurrence gives token by token over the accepted prefix, a
 rolled back to the last accepted step (SGLang's conv scatter, for the active and the track slots).
 
 Which fold, decided once per process (and logged once):
+- default (`RSO_FOLD` unset or `auto`): the CUDA commit kernel (`kernels/gdn_fold.cu`, "overlay-cuda") from
+  the prebuilt artifact folder (`replayssm_overlay.kernels.loader`) when it matches this node (GPU arch,
+  checksums, kernel source) and the driver loads it; otherwise SGLang's own commit ("sglang"), which the
+  node compiles when it builds its pool (`sglang_warmup.py`), so no request pays Triton's compile.
+- `RSO_FOLD=triton`: the overlay's Triton kernel (`kernels/gdn_fold.py`, "overlay-triton"), the CUDA
+  kernel's JIT twin, compiled by Triton on first use (the self-check before serving is that use).
 - `RSO_FOLD=sglang`: SGLang's own commit.
-- default (`RSO_FOLD` unset or `auto`): the overlay's commit from the prebuilt artifacts
-  (`replayssm_overlay.kernels.loader`) when they match this node (Triton version, Python, GPU arch,
-  checksums, kernel sources): the CUDA kernel (`kernels/gdn_fold.cu`, "overlay-cuda") where the folder has
-  it and the driver loads it, else the Triton kernel's binaries ("overlay-prebuilt"); otherwise SGLang's
-  commit, which Triton compiles on first use.
-- `RSO_FOLD=overlay`: the same, but with no usable artifacts Triton compiles the overlay's kernel on first
-  use (JIT) instead of SGLang's commit.
-- `RSO_FOLD=triton`: the overlay's Triton kernel only (prebuilt, else JIT), never the CUDA one.
 The overlay's commit is a `kernels.commit_plan.CommitPlan` per (pool, batch size, track or not): checked
 once, then one launch per call. A call the overlay's kernels do not cover (another head dim, a
-layout, dtype or alignment that no binary was built for) is refused before the state is touched and
+layout, dtype or alignment they do not take) is refused before the state is touched and
 runs SGLang's commit for that call only; each such shape is logged once, counted in `describe()`, and
 recorded on the node (`records.py`, kind "fallbacks") so that `replayssm-overlay status --json` lists it.
 """
@@ -37,11 +35,13 @@ import threading
 from replayssm_overlay import records
 
 ENV_FOLD = "RSO_FOLD"
-_MODES = ("auto", "overlay", "triton", "sglang")
+_MODES = ("auto", "triton", "sglang")
+_RETIRED = {"overlay": "RSO_FOLD=overlay was retired with the prebuilt Triton binaries; RSO_FOLD=triton is the "
+                       "overlay's Triton kernel, compiled by Triton, and auto the CUDA kernel"}
 
 logger = logging.getLogger("replayssm_overlay.fold")
 _lock = threading.Lock()
-_choice = None  # (kind, reason, the checked loader.ArtifactSet or None), once decided
+_choice = None  # (kind, reason, the loaded cuda_fold.CudaKernels or None), once decided
 
 
 def _mode() -> str:
@@ -49,51 +49,46 @@ def _mode() -> str:
 
     mode = os.environ.get(ENV_FOLD, "auto").strip().lower() or "auto"
     if mode not in _MODES:
-        raise OverlayError(f"{ENV_FOLD}={mode!r} is not a fold choice", f"set {ENV_FOLD} to one of {', '.join(_MODES)}")
+        retired = f" ({_RETIRED[mode]})" if mode in _RETIRED else ""
+        raise OverlayError(f"{ENV_FOLD}={mode!r} is not a fold choice{retired}",
+                           f"set {ENV_FOLD} to one of {', '.join(_MODES)}")
     return mode
 
 
 def _decide():
-    """(kind, reason, kernels): kind is 'overlay-cuda', 'overlay-prebuilt', 'overlay-jit' or 'sglang'."""
+    """(kind, reason, kernels): kind is 'overlay-cuda', 'overlay-triton' or 'sglang'."""
     mode = _mode()
     if mode == "sglang":
         return "sglang", f"{ENV_FOLD}=sglang", None
+    if mode == "triton":
+        return "overlay-triton", f"{ENV_FOLD}=triton: the overlay's Triton kernel, compiled by Triton", None
     from replayssm_overlay.kernels import loader
 
     artifacts, why = loader.open_or_explain()
     if artifacts is not None:
-        from replayssm_overlay.kernels import gdn_fold
-
-        cuda = _cuda_kernels(artifacts) if mode != "triton" else None
+        cuda, why = _cuda_kernels(artifacts)
         if cuda is not None:
             return "overlay-cuda", f"the CUDA commit kernel from {artifacts.folder}", cuda
-        try:  # the commit kernel's binaries, built from the installed source (a stale folder is refused here)
-            artifacts.kernel(gdn_fold.gdn_replayssm_fold_kernel)
-            return "overlay-prebuilt", f"prebuilt commit kernels from {artifacts.folder}", artifacts
-        except loader.ArtifactRefused as err:
-            why = err.what
-    if mode in ("overlay", "triton"):
-        return "overlay-jit", f"{ENV_FOLD}={mode}; no usable prebuilt kernels ({why}): Triton compiles them", None
-    return "sglang", f"no usable prebuilt overlay kernels ({why}); {ENV_FOLD}=overlay would JIT-compile them", None
+    return "sglang", f"no usable CUDA commit kernel ({why}); SGLang's fold commits", None
 
 
 def _cuda_kernels(artifacts):
-    """The folder's CUDA commit kernel, loaded on this process's GPU; None (logged) where there is none or the
-    driver refuses it: the Triton kernel's binaries commit instead."""
+    """(the folder's CUDA commit kernel loaded on this process's GPU, "") or (None, why): the driver may refuse
+    the binary (logged once), and SGLang's fold commits instead."""
     try:
         import torch
 
         kernels = artifacts.cuda_kernels()
         kernels.loaded(torch.cuda.current_device())
-        return kernels
-    except Exception as err:  # a refused or unloadable binary: the next choice, said once
-        logger.warning("ReplaySSM GDN fold: the CUDA commit kernel is not used (%s); the Triton kernels commit",
-                       getattr(err, "what", None) or f"{type(err).__name__}: {err}")
-        return None
+        return kernels, ""
+    except Exception as err:  # a refused or unloadable binary: SGLang's fold, said once
+        why = getattr(err, "what", None) or f"{type(err).__name__}: {err}"
+        logger.warning("ReplaySSM GDN fold: the CUDA commit kernel is not used (%s); SGLang's fold commits", why)
+        return None, f"the driver did not load it: {why}"
 
 
 def chosen():
-    """(kind, reason, checked loader.ArtifactSet or None): the fold this process uses, decided once."""
+    """(kind, reason, the loaded cuda_fold.CudaKernels or None): the fold this process uses, decided once."""
     global _choice
     if _choice is None:
         with _lock:
@@ -114,13 +109,11 @@ def fall_back_to_sglang(reason: str) -> None:
 
 
 def kernel_source(kernels):
-    """The launch source of the chosen overlay fold: the CUDA kernel (a `cuda_fold.CudaKernels`), prebuilt
-    Triton binaries (a `loader.ArtifactSet`), or Triton's JIT (None)."""
+    """The launch source of the chosen overlay fold: the CUDA kernel (a `cuda_fold.CudaKernels`), or the
+    Triton kernel through Triton's JIT (None)."""
     from replayssm_overlay.kernels import launch
 
-    if kernels is None:
-        return launch.JitKernels()
-    return kernels if hasattr(kernels, "prepare") else launch.PrebuiltKernels(kernels)
+    return launch.JitKernels() if kernels is None else kernels
 
 
 class _Refusal:
@@ -185,10 +178,9 @@ def _plan(key, spec_state, batch, has_track, kernels):
 def _refusals() -> tuple:
     """The errors a plan or a run raises before anything ran on the GPU: the overlay does not cover that call
     (a CUDA driver call of the CUDA kernel's plan or launch that failed launched nothing either)."""
-    from replayssm_overlay.kernels import conv_rollback, cuda_fold, gdn_fold, loader
+    from replayssm_overlay.kernels import conv_rollback, cuda_fold, gdn_fold
 
-    return (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused,
-            cuda_fold.CudaError)
+    return gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, cuda_fold.CudaError
 
 
 def _shape_key(spec_state, batch, has_track) -> str:
@@ -238,12 +230,14 @@ def fold_accepted_prefix(
                 if not isinstance(err, _refusals()):
                     raise
                 _note_fallback(_shape_key(spec_state, batch, has_track), str(err))
-    _sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
-                   mamba_steps_to_track, null_block_id)
+    sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
+                  mamba_steps_to_track, null_block_id)
 
 
-def _sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
-                   mamba_steps_to_track, null_block_id) -> None:
+def sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
+                  mamba_steps_to_track, null_block_id) -> None:
+    """SGLang's own commit, as the overlay's contract calls it (the fallback of every call the overlay's
+    kernel does not take, and what `sglang_warmup` compiles before serving)."""
     from sglang.kernels.ops.attention.fla.gdn_replayssm_spec_fold import commit_gdn_replayssm_fold_after_verify
 
     if last_correct_step_indices is None:
@@ -268,9 +262,9 @@ def fallbacks() -> list:
 def describe() -> dict:
     """Which fold the commit path uses on this node, and why. Cheap (imports no torch or triton): once
     decided (by the self-check when a server builds its pool, or the first commit) it reports that
-    decision; before, what the settings and artifact folder point to (the node checks -- Triton
-    version, GPU arch, checksums -- run at that decision). `fallbacks`: the
-    shapes this process ran SGLang's commit for; `fallbacks_recorded`: those of every live serving
+    decision; before, what the settings and artifact folder point to (the node checks -- GPU arch,
+    checksums, kernel source, the driver's load -- run at that decision). `fallbacks`: the shapes this
+    process ran SGLang's commit for; `fallbacks_recorded`: those of every live serving
     process on this node (`records.py`), which is what `status --json` shows."""
     return {**_describe_choice(), "fallbacks_recorded": recorded_fallbacks()}
 
@@ -293,14 +287,13 @@ def _describe_choice() -> dict:
         return {"fold": "invalid", "reason": str(err), "decided": False}
     if mode == "sglang":
         return {"fold": "sglang", "reason": f"{ENV_FOLD}=sglang", "decided": False}
+    if mode == "triton":
+        return {"fold": "overlay-triton", "reason": f"{ENV_FOLD}=triton", "decided": False}
     from replayssm_overlay.kernels import loader
 
     folder = loader.artifact_dir()
-    if (folder / "manifest.json").is_file():
-        return {"fold": "overlay-cuda" if mode != "triton" and _has_cuda(folder) else "overlay-prebuilt",
-                "decided": False,
-                "reason": f"prebuilt kernels in {folder}, checked against this node when a server builds its pool"}
-    why = f"no prebuilt kernels in {folder}"
-    if mode in ("overlay", "triton"):
-        return {"fold": "overlay-jit", "reason": f"{ENV_FOLD}=overlay and {why}", "decided": False}
-    return {"fold": "sglang", "reason": why, "decided": False}
+    if _has_cuda(folder):
+        return {"fold": "overlay-cuda", "decided": False,
+                "reason": f"the CUDA commit kernel in {folder}, checked against this node when a server builds its "
+                          "pool"}
+    return {"fold": "sglang", "reason": f"no prebuilt CUDA commit kernel in {folder}", "decided": False}

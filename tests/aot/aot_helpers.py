@@ -7,24 +7,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-PROVIDER = "benchmarks.aot_sglang_fold:aot_specializations"
-SHAPE_ARGS = ["--hv", "32", "--h", "16", "--k", "128", "--v", "128", "--tp", "1", "--window", "16"]
-
 
 def build_args(out) -> list:
-    """`kernels build` arguments for the two-specialization proof build into `out`."""
-    return ["kernels", "build", "--out", str(out), "--provider", PROVIDER, *SHAPE_ARGS]
+    """`kernels build` arguments for a build into `out`."""
+    return ["kernels", "build", "--out", str(out)]
 
 
-def child_env() -> dict:
-    """Environment for child processes: this tree first, and without TRITON_INTERPRET (other test
-    folders switch the interpreter on for the whole session; a build must compile for real)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "overlay"), str(ROOT)])
-    return env
+def child_env(**extra) -> dict:
+    """Environment for child processes: this tree first."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "overlay"), str(ROOT)]), **extra)
 
 
-def cli(*argv, timeout=300) -> subprocess.CompletedProcess:
-    """`python -m replayssm_overlay ARGV` in a child process."""
+def cli(*argv, timeout=300, **env) -> subprocess.CompletedProcess:
+    """`python -m replayssm_overlay ARGV` in a child process (`env`: extra variables)."""
     return subprocess.run([sys.executable, "-m", "replayssm_overlay", *argv], capture_output=True,
-                          text=True, env=child_env(), timeout=timeout)
+                          text=True, env=child_env(**env), timeout=timeout)

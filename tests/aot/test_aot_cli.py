@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from replayssm_overlay.kernels import loader
 from replayssm_overlay.cli import main
+from replayssm_overlay.kernels import loader
 from tests.aot.aot_helpers import build_args, cli
 
 
@@ -16,9 +16,8 @@ def run_json(capsys, *argv) -> tuple[int, dict]:
 
 def test_check_passes_on_a_matching_node(built, capsys):
     code, report = run_json(capsys, "kernels", "check", str(built), "--arch", "90")
-    assert code == 0 and report["ok"] is True and report["problems"] == []
-    assert report["manifest"]["kernels"] == {"gdn_replayssm_exact_fold_kernel": 2}
-    assert report["manifest"]["target"]["arch"] == 90
+    assert code == 0 and report["ok"] is True and report["problems"] == [] and report["node"] == {"arch": 90}
+    assert report["manifest"]["cuda"].startswith("built with NVRTC") and "sm_90" in report["manifest"]["cuda"]
 
 
 def test_check_fails_with_reasons(built, tmp_path, capsys):
@@ -32,7 +31,7 @@ def test_check_fails_with_reasons(built, tmp_path, capsys):
 
 
 def test_check_without_gpu_or_arch_says_so(built, capsys):
-    if loader.NodeFacts.current().arch is not None:
+    if loader.gpu_arch() is not None:
         pytest.skip("this machine has a GPU")
     code, report = run_json(capsys, "kernels", "check", str(built))
     assert code == 1 and report["problems"] == ["no CUDA device is visible, so the GPU architecture cannot be checked"]
@@ -50,29 +49,20 @@ def test_status_reports_the_folder_and_where_it_came_from(built, monkeypatch, ca
     assert "usable:   yes" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--hv", "32"], "either --model or all of"),
-        (["--model", "qwen3.5-35b-a3b", "--tp", "3"], "does not divide"),
-        (["--provider", "no_such_module:fn"], "is not available"),
-    ],
-)
-def test_build_usage_errors_exit_2_and_write_nothing(tmp_path, capsys, argv, message):
-    out = tmp_path / "out"
-    code = main(["kernels", "build", "--out", str(out), "--json", *argv])
+def test_build_refusals_exit_2_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "missing-parent" / "out"
+    code = main(["kernels", "build", "--out", str(out), "--json"])
     payload = json.loads(capsys.readouterr().out)
-    assert code == 2 and payload["ok"] is False and message in payload["error"] and payload["fix"]
-    assert not out.exists()
+    assert code == 2 and payload["ok"] is False and "does not exist" in payload["error"] and payload["fix"]
+    assert not out.parent.exists()
 
 
 def test_runs_as_a_module_with_help_and_exit_codes(artifacts):
     helped = cli("kernels", "build", "--help")
-    assert helped.returncode == 0 and "qwen3-next-80b-a3b" in helped.stdout and "sm_90" in helped.stdout
+    assert helped.returncode == 0 and "NVRTC" in helped.stdout and "sm_90" in helped.stdout
     bare = cli("kernels")
     assert bare.returncode == 2 and "build" in bare.stderr
     checked = cli("kernels", "check", str(artifacts), "--arch", "90")
     assert checked.returncode == 0 and checked.stdout.startswith("OK")
     again = cli(*build_args(artifacts))
     assert again.returncode == 0 and "nothing rebuilt" in again.stdout
-

@@ -38,6 +38,6 @@ def test_a_stock_commit_that_does_not_crash_fails_the_demo(reports):
 def test_a_fold_other_than_the_one_asked_for_fails_the_demo(reports):
     """The shared reports ran with the environment's fold choice; asking for the other one must fail."""
     used = reports["patched"]["fold"]["fold"]
-    other = "sglang" if used.startswith("overlay") else "overlay"
-    assert demo.summarize(reports, seed=0, seconds=1.0, fold=used.split("-")[0])["ok"]
+    asked, other = ("triton", "sglang") if used == "overlay-triton" else ("sglang", "triton")
+    assert demo.summarize(reports, seed=0, seconds=1.0, fold=asked)["ok"]
     assert not demo.summarize(reports, seed=0, seconds=1.0, fold=other)["ok"]

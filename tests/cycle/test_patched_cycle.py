@@ -37,15 +37,15 @@ def test_patched_dflash_commits_the_track_step(reports):
 
 
 def test_the_overlays_own_fold_kernel_through_the_patched_commit():
-    """Where the build has the overlay's own fold kernels, the patched commit runs them (RSO_FOLD=overlay,
-    compiled by the interpreter here) for a head dim they cover (K=128), still bitwise equal to decode;
+    """Where the build has the overlay's own fold kernels, the patched commit runs them (RSO_FOLD=triton,
+    run by the interpreter here) for a head dim they cover (K=128), still bitwise equal to decode;
     the patched configurator ran the node's self-check on the same head shapes first, once, and it
     passed."""
     pytest.importorskip("replayssm_overlay.kernels")
     with sandbox.sglang_copy() as copy:
         sandbox.apply_overlay(copy)
-        report = sandbox.run_probe(copy, quiet=True, fold="overlay", head_k_dim=128)
-    assert report["fold"]["fold"] == "overlay-jit", report["fold"]
+        report = sandbox.run_probe(copy, quiet=True, fold="triton", head_k_dim=128)
+    assert report["fold"]["fold"] == "overlay-triton", report["fold"]
     assert all(result["bitwise_equal"] for result in report["cycle"]), report["cycle"]
     (record,) = report["selfcheck"]
     assert record["outcome"] == "passed" and record["geometry"]["head_k_dim"] == 128, record

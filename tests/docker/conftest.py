@@ -2,10 +2,10 @@
 
 The daemon is started by `tests.infra.dockerd` with its data under pytest's temporary directory, and
 stopped by its PID (its directories removed) when the session ends. The stand-in base (Debian + the real
-SGLang 0.5.19 wheel + gcc, Python headers and the real Triton 3.7.1, `tests/docker/standin.py`) is built
-once per session, and the overlay image is built on it once, through the real `make -f docker/docker.mk
-build` with `KERNELS=build` (one small specialization set, `KERNEL_BUILD`), for every test that inspects
-it. A real local registry (`tests.infra.registry`) serves the registry tests.
+SGLang 0.5.19 wheel + the real NVRTC wheel, `tests/docker/standin.py`) is built once per session, and the
+overlay image is built on it once, through the real `make -f docker/docker.mk build` with `KERNELS=build`
+(the CUDA commit kernel, as the released image builds it), for every test that inspects it. A real local
+registry (`tests.infra.registry`) serves the registry tests.
 """
 
 from __future__ import annotations
@@ -17,11 +17,6 @@ from tests.docker.helpers import REPO, BuiltImage, make
 from tests.docker.helpers import overlay_version as read_overlay_version
 from tests.infra.dockerd import Dockerd, start_dockerd
 from tests.infra.registry import Registry, start_registry
-
-#: the kernels the image tests build: one preset, one window, one TP size (3 specializations, ~10 s);
-#: the released image builds every preset, window and TP size (KERNEL_MODEL=all, the defaults)
-KERNEL_BUILD = ("KERNEL_MODEL=qwen3.5-35b-a3b", "KERNEL_WINDOW=16", "KERNEL_TP=8")
-
 
 @pytest.fixture(scope="session")
 def dockerd(tmp_path_factory) -> Dockerd:
@@ -59,7 +54,7 @@ def built_image(dockerd, standin_base, overlay_version, tmp_path_factory) -> Bui
     UNTRACKED_SECRET.write_text("API_TOKEN = 'rso-test-untracked-token'\n")
     try:
         proc = make(dockerd, "build", "BASE_STANDIN=true", f"BASE_IMAGE={standin_base}", "KERNELS=build",
-                    *KERNEL_BUILD, f"BUILD_DIR={build_dir}", "ALLOW_DIRTY=1")
+                    f"BUILD_DIR={build_dir}", "ALLOW_DIRTY=1")
     finally:
         UNTRACKED_SECRET.unlink()
     assert proc.returncode == 0, proc.stdout[-6000:]

@@ -6,16 +6,16 @@ wheels need) with the REAL SGLang wheel from PyPI installed `--no-deps` the way 
 install: a `.pth` puts `/sgl-workspace/sglang/python` on the path, the wheel's dist-info sits in
 site-packages with a `direct_url.json` that says editable). It has no torch and no CUDA: enough for the
 overlay's patcher and CLI, which never import SGLang. With `toolchain=True` it also has what the real
-image has and the image's `kernels` stage needs: gcc and the Python headers (Debian packages) and the real
-Triton 3.7.1 wheel from PyPI (installed unmodified into site-packages), so `KERNELS=build` compiles the
-fold kernels for sm_90 exactly as it does on the released image.
+image has and the image's `kernels` stage needs: NVRTC, the real `nvidia-cuda-nvrtc` wheel from PyPI that
+the image's CUDA 13 torch installs (unmodified, into site-packages), so `KERNELS=build` compiles the CUDA
+commit kernel for sm_90 exactly as it does on the released image.
 
 One `docker import` of one tarball (the debootstrap rootfs with the SGLang layout appended) with a
 non-default ENTRYPOINT/CMD/WORKDIR/ENV (so a test can check that the overlay image keeps them).
 
 Everything slow is cached under `<repo>/.cache/docker-standin/`, keyed by its inputs: the rootfs tarball
 (debootstrap version, mirror, suite, packages), the downloaded wheels (by version) and the stand-in
-tarball per SGLang release and toolchain choice. A rerun only imports the tarball (about 10 s; 30 s
+tarball per SGLang release and toolchain choice. A rerun only imports the tarball (about 10 s; 20 s
 with the toolchain).
 """
 
@@ -40,9 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "docker-standin"
 SUITE = "bookworm"
 PACKAGES = ("python3", "python3-pip")
-#: what the kernels stage needs besides Python (Triton compiles its launcher with gcc against Python.h)
-TOOLCHAIN_PACKAGES = ("gcc", "libc6-dev", "python3-dev")
-TRITON_VERSION = "3.7.1"  # what lmsysorg/sglang:v0.5.19 ships
+#: what the kernels stage needs besides Python: NVRTC, as torch 2.13.0+cu130 in lmsysorg/sglang:v0.5.19-cu130 pins it
+NVRTC_VERSION = "13.0.88"
 PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"  # where Debian's python3 looks for pip-installed code
 SGLANG_PROJECT = "sgl-workspace/sglang/python"  # the editable project dir of the released image
 LAYOUT_MTIME = 1_700_000_000  # fixed, so the cached tarball does not depend on when it was made
@@ -85,9 +84,9 @@ def _log(msg: str) -> None:
     print(f"[standin] {msg}", file=sys.stderr, flush=True)
 
 
-def rootfs_tarball(packages: tuple[str, ...] = PACKAGES) -> Path:
+def rootfs_tarball() -> Path:
     """The debootstrap rootfs as a tarball, built once per input set (about 40 s) and cached."""
-    mirror = apt_mirror()
+    mirror, packages = apt_mirror(), PACKAGES
     version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True,
                              text=True).stdout.strip()
     tarball = CACHE / f"rootfs-{SUITE}-{_key(version, mirror, SUITE, packages, 'minbase')}.tar"
@@ -169,13 +168,13 @@ def _layout(wheel: Path) -> dict[str, bytes]:
 
 
 def standin_tarball(sglang_version: str, toolchain: bool = True) -> Path:
-    """The rootfs tarball plus the SGLang layout (and, with `toolchain`, Triton in site-packages): one
+    """The rootfs tarball plus the SGLang layout (and, with `toolchain`, NVRTC in site-packages): one
     tarball, so `docker import` makes the image in one step (a build step per config line would copy the
     whole rootfs each time under `vfs`), cached."""
-    rootfs = rootfs_tarball(PACKAGES + TOOLCHAIN_PACKAGES if toolchain else PACKAGES)
+    rootfs = rootfs_tarball()
     wheel = sglang_wheel(sglang_version)
-    triton = pypi_wheel("triton", TRITON_VERSION) if toolchain else None
-    inputs = (rootfs.name, wheel.name, wheel.stat().st_size, triton.name if triton else None)
+    nvrtc = pypi_wheel("nvidia-cuda-nvrtc", NVRTC_VERSION) if toolchain else None
+    inputs = (rootfs.name, wheel.name, wheel.stat().st_size, nvrtc.name if nvrtc else None)
     tarball = CACHE / f"standin-sglang-{sglang_version}{'-toolchain' if toolchain else ''}-{_key(*inputs)}.tar"
     if tarball.exists():
         return tarball
@@ -185,8 +184,8 @@ def standin_tarball(sglang_version: str, toolchain: bool = True) -> Path:
     try:
         shutil.copyfile(rootfs, partial)
         files = {path: (data, 0o644) for path, data in _layout(wheel).items()}
-        if triton:
-            files.update(_installed(triton))
+        if nvrtc:
+            files.update(_installed(nvrtc))
         dirs = sorted({str(Path(path).parents[i]) for path in files for i in range(len(Path(path).parents) - 1)})
         with tarfile.open(partial, "a") as tar:
             present = set(tar.getnames())  # the tar format allows duplicates; `docker import` does not

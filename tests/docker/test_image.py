@@ -134,23 +134,19 @@ def test_image_diff_shows_the_effective_diff_and_small_added_layers(dockerd, bui
     assert float(added.group(2)) < 50.0
 
 
-def test_image_holds_prebuilt_kernels_that_kernels_check_accepts_for_sm90(dockerd, built_image):
-    """KERNELS=build ran the kernels stage as on the real image (its gcc, Python headers and Triton
-    3.7.1): the loader's default folder holds the binaries, and the overlay's own check accepts them for
-    sm_90 under the image's Triton (no GPU here: --arch 90)."""
+def test_image_holds_the_cuda_kernel_that_kernels_check_accepts_for_sm90(dockerd, built_image):
+    """KERNELS=build ran the kernels stage as on the real image (with its NVRTC): the loader's default folder
+    holds the CUDA commit kernel, and the overlay's own check accepts it for sm_90 (no GPU here: --arch 90)."""
     stage = json.loads(run_in(dockerd, built_image.ref, "cat", "/opt/replayssm-overlay/kernels-stage.json").stdout)
     assert stage["status"] == "built" and stage["dir"] == "/opt/replayssm-overlay/kernels", stage
-    assert "--model qwen3.5-35b-a3b --window 16 --tp 8" in stage["detail"]
     proc = run_in(dockerd, built_image.ref, "replayssm-overlay", "kernels", "check", "/opt/replayssm-overlay/kernels",
                   "--arch", "90", "--json", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     check = json.loads(proc.stdout)
-    image_triton = run_in(dockerd, built_image.ref, "python3", "-c",
-                          "import importlib.metadata as m; print(m.version('triton'))").stdout.strip()
-    assert image_triton == "3.7.1"
+    image_nvrtc = run_in(dockerd, built_image.ref, "python3", "-c",
+                         "import importlib.metadata as m; print(m.version('nvidia-cuda-nvrtc'))").stdout.strip()
     assert check["ok"] and check["problems"] == []
-    assert check["manifest"]["target"]["arch"] == 90 and check["manifest"]["builder"]["triton"] == image_triton
-    assert check["manifest"]["kernels"] and all(n >= 1 for n in check["manifest"]["kernels"].values())
+    assert check["manifest"]["cuda"].startswith(f"built with NVRTC {'.'.join(image_nvrtc.split('.')[:2])} for sm_90")
     # the same folder is refused for another GPU generation: the check is not a rubber stamp
     other = run_in(dockerd, built_image.ref, "replayssm-overlay", "kernels", "check", "/opt/replayssm-overlay/kernels",
                    "--arch", "80", check=False)
@@ -158,15 +154,14 @@ def test_image_holds_prebuilt_kernels_that_kernels_check_accepts_for_sm90(docker
 
 
 def test_kernel_stage_reports_a_failed_build_and_a_wrong_mode(dockerd, built_image):
-    """The stage script, run in the image: a build the kernels CLI refuses (an unknown preset) fails
+    """The stage script, run in the image: a build the kernels CLI refuses (no NVRTC where it looks) fails
     with the stage's message after the CLI's own; a wrong mode is a usage error."""
     script = "/opt/replayssm-overlay/build/scripts/kernels_stage.py"
-    build = run_in(dockerd, built_image.ref, "python3", script, "--mode", "build", "--stage", "/tmp/s",
-                   "--model", "no-such-model", check=False)
+    build = run_in(dockerd, built_image.ref, "env", "RSO_NVRTC=/nonexistent/libnvrtc.so", "python3", script,
+                   "--mode", "build", "--stage", "/tmp/s", check=False)
     assert build.returncode == 1 and "the AOT build failed" in build.stderr, build.stdout + build.stderr
-    assert "no-such-model" in build.stderr  # the CLI's own refusal, shown above the stage's line
-    wrong = run_in(dockerd, built_image.ref, "python3", script, "--mode", "fast", "--stage", "/tmp/t",
-                   "--model", "all", check=False)
+    assert "no NVRTC library" in build.stderr and "KERNELS=skip" in build.stderr  # the CLI's, then the stage's
+    wrong = run_in(dockerd, built_image.ref, "python3", script, "--mode", "fast", "--stage", "/tmp/t", check=False)
     assert wrong.returncode == 2 and "must be `build` or `skip`" in wrong.stderr
 
 

@@ -19,7 +19,7 @@ import torch
 from benchmarks.fold_cases import decode_reference, make_case
 from replayssm_overlay import fold, records
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.kernels import commit_plan
+from replayssm_overlay.kernels import commit_plan, gdn_fold
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,10 +98,10 @@ def test_invalid_choice_is_refused(monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
 @pytest.mark.parametrize("track_dtype", [torch.int32, torch.int64])  # int64: as the server passes them
-def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch, track_dtype):
-    monkeypatch.setenv(fold.ENV_FOLD, "overlay")
+def test_the_triton_twin_commits_the_decode_state_and_rolls_conv_back(monkeypatch, track_dtype):
+    monkeypatch.setenv(fold.ENV_FOLD, "triton")
     calls = _sglang_recorder(monkeypatch)
-    assert fold.describe()["fold"] == "overlay-jit"
+    assert fold.describe()["fold"] == "overlay-triton"
     case = make_case(L=2, HV=2, H=1, K=128, V=32, N=3, slots=[2, 0, -1], accept_lens=[3, 1, 2], num_slots=5,
                      track=([3, -1, 4], [1, -1, 0]), seed=21)
     case.track_slots, case.track_steps = case.track_slots.to(track_dtype), case.track_steps.to(track_dtype)
@@ -112,8 +112,8 @@ def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch, t
     indices = commit_plan.indices
     monkeypatch.setattr(commit_plan, "indices", lambda t, device: checked.append(t.dtype) or indices(t, device))
     ss = _commit(case, _spec_state(case, conv))
-    assert checked == [torch.int32] * (2 if track_dtype is torch.int64 else 4)  # int64 track vectors: as given
-    assert fold.describe() == {"fold": "overlay-jit", "reason": fold._choice[1], "decided": True, "fallbacks": [],
+    assert checked == [torch.int32, torch.int32, track_dtype, track_dtype]  # the int64 ones copied for the call
+    assert fold.describe() == {"fold": "overlay-triton", "reason": fold._choice[1], "decided": True, "fallbacks": [],
                                "fallbacks_recorded": []}
     assert torch.equal(case.temporal[:, [2, 0]], expected[:, [2, 0]])
     assert torch.equal(case.temporal[:, 3], tracked[0])
@@ -127,7 +127,7 @@ def test_overlay_jit_commits_the_decode_state_and_rolls_conv_back(monkeypatch, t
 def test_a_plan_is_made_once_per_pool_and_batch_size(monkeypatch):
     from replayssm_overlay.kernels import commit_plan
 
-    monkeypatch.setenv(fold.ENV_FOLD, "overlay")
+    monkeypatch.setenv(fold.ENV_FOLD, "triton")
     made = []
     real = commit_plan.CommitPlan
     monkeypatch.setattr(commit_plan, "CommitPlan", lambda *a, **kw: made.append(a[1:3]) or real(*a, **kw))
@@ -147,7 +147,7 @@ def test_an_index_tensor_no_launch_takes_runs_sglangs_commit_for_that_call(monke
     """A slot vector that is not 1-D is refused by the run before anything is launched (never a crash, never a
     launch on a misread vector): SGLang's commit gets that call, and it is listed."""
     calls = _sglang_recorder(monkeypatch)
-    monkeypatch.setenv(fold.ENV_FOLD, "overlay")
+    monkeypatch.setenv(fold.ENV_FOLD, "triton")
     case = make_case(L=1, HV=2, H=2, K=128, V=16, N=2, slots=[1, 0], accept_lens=[2, 1], num_slots=3, seed=3)
     ss = _spec_state(case)
     before = case.temporal.clone()
@@ -178,7 +178,7 @@ def _unsupported_pool():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
 def test_an_uncovered_shape_runs_sglang_for_its_calls_only_and_is_listed(monkeypatch, caplog):
     calls = _sglang_recorder(monkeypatch)
-    monkeypatch.setenv(fold.ENV_FOLD, "overlay")
+    monkeypatch.setenv(fold.ENV_FOLD, "triton")
     small = _unsupported_pool()
     before = small.temporal.clone()
     one = dict(state_batch_indices=torch.tensor([0], dtype=torch.int32), accept_lens=torch.tensor([2], dtype=torch.int32))
@@ -201,4 +201,18 @@ def test_an_uncovered_shape_runs_sglang_for_its_calls_only_and_is_listed(monkeyp
     expected, _ = decode_reference(case)
     _commit(case)
     assert len(calls) == 2 and torch.equal(case.temporal[:, 1], expected[:, 1])
-    assert fold.describe()["fold"] == "overlay-jit"
+    assert fold.describe()["fold"] == "overlay-triton"
+
+
+def test_index_tensors_are_used_as_given_or_copied_once_aligned():
+    given = torch.arange(6, dtype=torch.int32)
+    assert commit_plan.indices(given, -1) is given
+    for odd in (given[1:5], given.long(), given[::2]):
+        copy = commit_plan.indices(odd, -1)
+        assert copy.dtype == torch.int32 and copy.is_contiguous() and copy.data_ptr() % 16 == 0
+        assert torch.equal(copy, odd.to(torch.int32))
+
+
+def test_the_commit_passes_the_fold_its_four_index_vectors():
+    names = list(gdn_fold.fold_signature("bf16"))
+    assert [names[p] for p in commit_plan._INDEX_POSITIONS] == ["slots", "accept_lens", "track_slots", "track_steps"]

@@ -7,13 +7,14 @@ the GPU tree is compared with the compiled decode kernel itself.
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
 import torch
 
 from benchmarks.fold_cases import decode_reference, make_case, reference_float64
-from replayssm_overlay.kernels import gdn_fold
+from replayssm_overlay.kernels import cuda_fold, gdn_fold, nvrtc
 
 CASES = {
     # name: (L, HV, H, V, N, slots, accept_lens, num_slots, track)
@@ -126,27 +127,6 @@ def test_unsupported_head_dim_is_refused():
                                  case.slots, case.accept_lens)
 
 
-def test_aot_specializations_describe_every_runtime_argument():
-    specs = gdn_fold.aot_specializations(32, 16, 128, 128, 16)
-    assert {s["kernel"].__name__ for s in specs} == {"gdn_replayssm_fold_kernel"}
-    for spec in specs:
-        names = spec["kernel"].arg_names
-        assert set(spec["signature"]) | set(spec["constexprs"]) == set(names)
-        assert not set(spec["signature"]) & set(spec["constexprs"])
-        assert list(spec["constexprs"]) == names[-len(spec["constexprs"]):]  # launched last
-        assert spec["constexprs"]["TREE_NUMPY"] is False
-    # per conv dtype: no track slot; a track slot with int32 track vectors; one with int64 (as the server's)
-    assert sorted((s["signature"]["conv_dst"], s["constexprs"]["HAS_TRACK"], s["signature"]["track_slots"],
-                   s["signature"]["track_steps"]) for s in specs) == [
-        (f"*{dtype}", track, index, index) for dtype in ("bf16", "fp16", "fp32")
-        for track, index in ((False, "*i32"), (True, "*i32"), (True, "*i64"))]
-    assert all(ty == "*i32" for s in specs for name, ty in s["signature"].items() if name in ("slots", "accept_lens"))
-    # geometry and window are runtime arguments: every covered shape asks for the same binaries
-    assert gdn_fold.aot_specializations(16, 4, 128, 128, 4) == specs
-    assert gdn_fold.aot_specializations(32, 16, 64, 128, 16) == []
-    assert gdn_fold.aot_specializations(32, 12, 128, 128, 16) == []  # HV not a multiple of H
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gpu_bitwise_equals_decode(name):
@@ -155,16 +135,28 @@ def test_gpu_bitwise_equals_decode(name):
     _check_against(case, _fold(case), expected, tracked)
 
 
-def test_every_preset_window_and_tensor_parallel_size_is_covered_by_the_same_binaries():
-    """Coverage of the default build: every supported model (aot/build.py's presets, from their configs)
-    at TP 1, 2, 4, 8 and every window 2..16 asks for the same nine binaries, none of them empty."""
-    from replayssm_overlay.aot import build
+# Every supported model's GDN heads (HV, H, K, V) from its config.json (linear_num_value_heads,
+# linear_num_key_heads, linear_key_head_dim, linear_value_head_dim; sources: aot/README.md)
+MODELS = {"qwen3-next-80b-a3b": (32, 16, 128, 128), "qwen3.5-35b-a3b": (32, 16, 128, 128),
+          "qwen3.5-122b-a10b": (64, 16, 128, 128), "qwen3.5-397b-a17b": (64, 16, 128, 128),
+          "qwen3.5-27b": (48, 16, 128, 128)}
 
-    expected = gdn_fold.aot_specializations(32, 16, 128, 128, 16)
-    assert len(expected) == 9
-    for name, preset in build.PRESETS.items():
-        for shape in build.shapes_for(preset, build.DEFAULT_TP_SIZES):
-            for window in build.DEFAULT_WINDOWS:
-                assert gdn_fold.aot_specializations(shape.hv, shape.h, shape.k, shape.v, window) == expected, (
-                    name, shape, window)
-    assert build.DEFAULT_WINDOWS == tuple(range(2, 17))
+
+def test_every_supported_model_tensor_parallel_size_and_window_is_covered_by_both_kernels():
+    """Per rank at TP 1, 2, 4, 8 (HV/tp value heads, H/tp key heads) and every window 2..16: the Triton
+    kernel's checks pass and the CUDA kernel's (its host checks, and V a multiple of a team's columns, the
+    warps of gdn_fold.cu's widest team), so no supported model falls back to SGLang's fold for its shape."""
+    define = {m.group(1): int(m.group(2)) for m in re.finditer(r"#define (\w+) (\d+)", nvrtc.SOURCE.read_text())}
+    team = max(define["TEAM"], define["TEAM_TRACK"])
+    meta = dict(device="meta")
+    for name, (hv, h, k, v) in MODELS.items():
+        for tp in (1, 2, 4, 8):
+            assert hv % tp == 0 and h % tp == 0, (name, tp)
+            for window in range(2, 17):
+                state = torch.empty(1, 2, hv // tp, v, k, **meta)
+                rawv = torch.empty(1, 2, hv // tp, window, v, dtype=torch.bfloat16, **meta)
+                rawk = torch.empty(1, 2, h // tp, window, k, dtype=torch.bfloat16, **meta)
+                gate = torch.empty(1, 2, hv // tp, window, **meta)
+                gdn_fold.check_shapes(state, rawv, rawk, gate, gate)
+                cuda_fold._covers((state, rawv, rawk, None, None, gate, gate))
+                assert v % (cuda_fold.COLUMNS * team) == 0, (name, tp, window)

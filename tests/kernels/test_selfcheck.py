@@ -26,11 +26,11 @@ SMALL = selfcheck.Geometry(num_v_heads=2, num_k_heads=1, head_v_dim=32, head_k_d
 
 @pytest.fixture(autouse=True)
 def overlay_fold(monkeypatch, tmp_path):
-    """A fresh fold decision in RSO_FOLD=overlay mode (no prebuilt kernels: JIT, the interpreter on the
+    """A fresh fold decision in RSO_FOLD=triton mode (the overlay's Triton kernel: the interpreter on the
     CPU), records in the test's tmp, SGLang's recurrence importable on a GPU machine without sglang."""
     monkeypatch.setattr(fold, "_choice", None)
     monkeypatch.setattr(selfcheck, "_checked", {})
-    monkeypatch.setenv(fold.ENV_FOLD, "overlay")
+    monkeypatch.setenv(fold.ENV_FOLD, "triton")
     monkeypatch.setenv("RSO_KERNEL_DIR", str(tmp_path / "no-kernels"))
     monkeypatch.setenv(records.ENV_DIR, str(tmp_path / "state"))
     if torch.cuda.is_available():
@@ -53,11 +53,11 @@ def test_the_overlays_fold_passes_and_stays_chosen(caplog):
     with caplog.at_level(logging.INFO, logger="replayssm_overlay.selfcheck"):
         record = selfcheck.check_before_serving(SMALL, seed=1)
     assert record["outcome"] == "passed", record
-    assert fold.describe()["fold"] == "overlay-jit"
+    assert fold.describe()["fold"] == "overlay-triton"
     assert [r.levelno for r in caplog.records if r.name.startswith("replayssm_overlay")] == [logging.INFO]
     stored = _only_record()
     assert stored["outcome"] == "passed" and stored["pid"] == os.getpid() and stored["alive"]
-    assert stored["geometry"]["window"] == SMALL.window and stored["fold"]["fold"] == "overlay-jit"
+    assert stored["geometry"]["window"] == SMALL.window and stored["fold"]["fold"] == "overlay-triton"
 
 
 def test_a_planted_reordered_tree_is_caught_and_falls_back_to_sglangs_fold(monkeypatch, caplog):

@@ -12,7 +12,8 @@ to be raised, and the answer (the same on every release) is:
 - anything else (no GDN model, another algorithm): keep SGLang's own error.
 
 Before lifting it, the node checks the fold it will commit with (`replayssm_overlay.selfcheck`: bitwise
-against SGLang's recurrence on a random window, or SGLang's fold for a non-fp32 state). The commit path
+against SGLang's recurrence on a random window, or SGLang's fold for a non-fp32 state), and where that fold
+is SGLang's, compiles it (`replayssm_overlay.sglang_warmup`). The commit path
 is imported here, so an overlay whose commit cannot import never lifts the refusal (`hooks/__init__.py`).
 
 SGLang is imported lazily: this module is loaded on SGLang's start-up path.
@@ -72,9 +73,10 @@ def keep_kda_only_guard(configurator) -> bool:
         return True
     if algorithm == "DSPARK":
         require_static_ragged_verify()
-    from replayssm_overlay import selfcheck
+    from replayssm_overlay import selfcheck, sglang_warmup
 
     selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator))
+    sglang_warmup.warm_before_serving(configurator)  # where SGLang's fold commits: compiled now, not at a request
     logger.info(
         "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; "
         "the overlay commits the accepted prefix (raw-window fold; on a circular-ring pool, SGLang's MTP "

@@ -1,50 +1,29 @@
-"""The manifest of a prebuilt kernel folder, and the facts of a Python/Triton/GPU it is checked against.
+"""The manifest of a prebuilt kernel folder: its schema, how it is read, and what is shown of it.
 
 The build (`replayssm_overlay.aot.build`) writes it and the loader (`loader.py`) refuses a folder whose
-manifest does not match the node; both need the same names, the same notion of "this Python" and the
-same view of a recorded kernel signature (`launcher_source`), so they live here, on the node side: the
-loader must not import the build. Imports nothing heavy: `kernels status` reads a manifest where Triton
-may be absent, and the build's launcher-module child process imports this by file path. `summary` is
-what `kernels check` and `kernels status` report of a manifest.
+manifest does not match the node; both need the same names, so they live here, on the node side: the
+loader must not import the build. Imports nothing heavy: `kernels status` reads a manifest on a machine
+without torch or a GPU. `summary` is what `kernels check` and `kernels status` report of a manifest.
 
 Layout of a folder (DIR):
     DIR/manifest.json
-    DIR/kernels/<kernel>/<spec_id>/<kernel>.cubin         the sm_90 binary
-    DIR/kernels/<kernel>/<spec_id>/<kernel>.json          Triton's metadata for it
-    DIR/modules/<triton cache key>/<module><EXT_SUFFIX>   gcc-built launcher modules (cuda_utils,
-                                                          and __triton_launcher on Triton 3.6)
-where <kernel> is the `@triton.jit` function's name.
+    DIR/cuda/gdn_fold.cubin     the CUDA commit kernel (`kernels/gdn_fold.cu`), compiled by NVRTC for sm_90
 
-Manifest (schema `replayssm-overlay-kernels/1`): `schema`, `overlay_version`, `built_at` (UTC ISO),
-`build_seconds`, `builder` (`triton`, `python`, `platform`, `hostname`), `target` (`backend`, `arch`,
-`warp_size`), `kernels` (one entry per kernel: `name`, `module`, `source_key` (Triton's
-`JITFunction.cache_key`), `arg_names`, `specializations[]` with `id`, `label`, `signature`, `constexprs`,
-`attrs`, `options`, `files`), `modules[]` (`name`, `key`, `file`) and `files` (relative path -> sha256 of
-every file above).
+Manifest (schema `replayssm-overlay-kernels/2`): `schema`, `overlay_version`, `built_at` (UTC ISO),
+`build_seconds`, `builder` (`hostname`), `cuda` (`file`, `source_sha256` of gdn_fold.cu, `nvrtc`, `arch`
+("sm_90"), `ptxas` {entry point: registers, spill_bytes}) and `files` (relative path -> sha256 of every file
+above). Schema 1 folders (made before the prebuilt Triton binaries were retired) also held those
+binaries and Triton's launcher modules; the loader refuses them with the command that rebuilds the folder.
 """
 
 from __future__ import annotations
 
 import json
-import platform
-import sys
-import types
 from pathlib import Path
 
-SCHEMA = "replayssm-overlay-kernels/1"
+SCHEMA = "replayssm-overlay-kernels/2"
 MANIFEST_NAME = "manifest.json"
-TARGET_ARCH = 90  # Hopper (H100/H200): the only architecture the overlay ships binaries for
-TARGET = {"backend": "cuda", "arch": TARGET_ARCH, "warp_size": 32}
-
-
-def python_tag() -> str:
-    """`cp312` for CPython 3.12: gcc-built modules and Triton's own binary are per Python minor version."""
-    return f"{sys.implementation.name[:2]}{sys.version_info.major}{sys.version_info.minor}"
-
-
-def platform_key() -> str:
-    """The same string Triton mixes into its module keys (machine, OS, bits, binary format)."""
-    return ",".join([platform.machine(), platform.system(), *platform.architecture()])
+TARGET_ARCH = 90  # Hopper (H100/H200): the only architecture the overlay ships a binary for
 
 
 def read_manifest(folder: Path) -> dict:
@@ -62,32 +41,26 @@ def read_manifest(folder: Path) -> dict:
     return manifest
 
 
-def launcher_source(arg_names: list, signature: dict, constexprs: dict) -> types.SimpleNamespace:
-    """The part of a Triton `ASTSource` its launcher reads. The launcher takes the signature's values in
-    order as the argument order, so the signature is rebuilt in `arg_names` order here (a manifest's
-    JSON need not keep it); the build's launcher modules and the loader both use this function, so node
-    and build agree."""
-    return types.SimpleNamespace(
-        fn=types.SimpleNamespace(arg_names=list(arg_names)),
-        signature={name: signature[name] for name in arg_names},
-        constants=dict(constexprs),
-    )
+def older_schema(folder: Path) -> bool:
+    """Whether the folder holds a manifest of an earlier schema of ours (a build replaces such a folder)."""
+    try:
+        schema = json.loads((Path(folder) / MANIFEST_NAME).read_text()).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return False
+    family = SCHEMA.rpartition("/")[0]
+    return isinstance(schema, str) and schema != SCHEMA and schema.startswith(family + "/")
 
 
 def summary(manifest: dict) -> dict:
-    """What `kernels check` and `kernels status` show of a manifest: who built it, for what, when, and
-    how many specializations of each kernel."""
-    return {"builder": manifest.get("builder"), "target": manifest.get("target"), "built_at": manifest.get("built_at"),
-            "kernels": {k["name"]: len(k["specializations"]) for k in manifest.get("kernels", [])},
-            "cuda": cuda_summary(manifest.get("cuda"))}
+    """What `kernels check` and `kernels status` show of a manifest: who built it, when, and the kernel."""
+    return {"builder": manifest.get("builder"), "built_at": manifest.get("built_at"),
+            "overlay_version": manifest.get("overlay_version"), "cuda": cuda_summary(manifest.get("cuda"))}
 
 
 def cuda_summary(entry: dict | None) -> str:
-    """One line on the folder's CUDA commit kernel (built with which NVRTC and registers, or why not)."""
-    if not entry:
-        return "none (built before the CUDA kernel existed)"
-    if not entry.get("file"):
-        return f"skipped: {entry.get('skipped', 'unknown reason')}"
+    """One line on the folder's CUDA commit kernel (built with which NVRTC and registers)."""
+    if not entry or not entry.get("file"):
+        return "none"
     used = sorted({e["registers"] for e in (entry.get("ptxas") or {}).values() if e.get("registers")})
     if not used:
         registers = "registers per thread not reported by this NVRTC"
@@ -95,4 +68,3 @@ def cuda_summary(entry: dict | None) -> str:
         registers = f"{used[0]}-{used[-1]}" if len(used) > 1 else f"{used[0]}"
         registers += " registers per thread"
     return f"built with NVRTC {entry.get('nvrtc')} for {entry.get('arch')}, {registers}"
-

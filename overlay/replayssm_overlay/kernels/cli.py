@@ -1,4 +1,4 @@
-"""`replayssm-overlay kernels ...`: build the fold kernels ahead of time, check a node against them, status.
+"""`replayssm-overlay kernels ...`: build the CUDA commit kernel ahead of time, check a node against it, status.
 
 `register(subparsers, add_build)` adds the group to the overlay's command line (each subcommand's
 defaults carry `handler=callable(args) -> exit code`, the convention of `replayssm_overlay.cli`, which
@@ -25,9 +25,9 @@ examples:
   replayssm-overlay kernels status --json
 
 JSON (--json): one object on stdout.
-  build:  ok, out, up_to_date, compiled, reused, modules, specializations
-  check:  ok, folder, problems[], node{{triton, python, platform, arch}},
-          manifest{{builder, target, built_at, kernels{{name: count}}}}
+  build:  ok, out, up_to_date, cuda (NVRTC version, arch, registers)
+  check:  ok, folder, problems[], node{{arch}},
+          manifest{{builder, built_at, overlay_version, cuda}}
   status: folder, folder_source (argument | {loader.ENV_DIR} | default),
           exists, usable, problems[], node, manifest (as in check, or null)
 
@@ -44,10 +44,11 @@ def register(subparsers, add_build) -> argparse.ArgumentParser:
 
     group = subparsers.add_parser(
         "kernels",
-        help="fold kernels compiled ahead of time for sm_90: build, check, status",
-        description="The overlay's fold kernels are compiled ahead of time for Hopper (sm_90) so a serving "
-        "node never JIT-compiles them. `build` makes the artifact folder (no GPU needed), `check` says "
-        "whether this node can use one, `status` shows what the commit path would find.",
+        help="the CUDA commit kernel compiled ahead of time for sm_90: build, check, status",
+        description="The overlay's commit kernel (CUDA) is compiled ahead of time for Hopper (sm_90) so a "
+        "serving node never compiles it. `build` makes the artifact folder (no GPU needed), `check` says "
+        "whether this node can use one, `status` shows what the commit path would find. Without a usable "
+        "folder the node commits with SGLang's own fold.",
         epilog=SCHEMA_HELP,
         formatter_class=HelpFormatter,
     )
@@ -61,9 +62,9 @@ def register(subparsers, add_build) -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         epilog="example:\n  replayssm-overlay kernels check /opt/replayssm-overlay/kernels --arch 90",
         help="does this node match an artifact folder? (exit 1 if not)",
-        description="Check the folder's manifest against this node: Triton version, Python tag, platform, "
-        "GPU compute capability, and the sha256 of every file. Exit 0 if the fold can use it, 1 if not "
-        "(every reason listed).",
+        description="Check the folder against this node: its manifest, the GPU compute capability, the "
+        "sha256 of every file and the kernel's source (the installed gdn_fold.cu). Exit 0 if the fold can "
+        "use it, 1 if not (every reason listed).",
     )
     check.add_argument("dir", metavar="DIR", help="artifact folder")
     check.add_argument("--arch", type=int, metavar="SM", help="check against this compute capability (e.g. 90) "
@@ -95,7 +96,7 @@ def _check(args) -> int:
     if args.json:
         print_json({k: report[k] for k in ("ok", "folder", "problems", "node", "manifest")})
     elif report["ok"]:
-        print(f"OK: this node can use the prebuilt kernels in {report['folder']} ({_summary_text(report['manifest'])})")
+        print(f"OK: this node can use the prebuilt kernel in {report['folder']} ({_summary_text(report['manifest'])})")
     else:
         print(f"REFUSED: {report['folder']}\n" + "\n".join(f"  - {p}" for p in report["problems"]))
     return EXIT_OK if report["ok"] else EXIT_CHECK_FAILED
@@ -112,8 +113,7 @@ def _status(args) -> int:
         return EXIT_OK
     node = report["node"]
     print(f"folder:   {report['folder']} (from {source}){'' if report['exists'] else ' - does not exist'}")
-    print(f"node:     Triton {node['triton']}, {node['python']}, {node['platform']}, "
-          f"GPU {'sm_%s' % node['arch'] if node['arch'] else 'none visible'}")
+    print(f"node:     GPU {'sm_%s' % node['arch'] if node['arch'] else 'none visible'}")
     if report["manifest"]:
         print(f"manifest: {_summary_text(report['manifest'])}")
     print("usable:   " + ("yes" if report["ok"] else "no\n" + "\n".join(f"  - {p}" for p in report["problems"])))
@@ -121,17 +121,14 @@ def _status(args) -> int:
 
 
 def _inspect(folder, arch) -> dict:
-    facts = loader.NodeFacts.current(arch)
+    arch = arch if arch is not None else loader.gpu_arch()
     path = loader.artifact_dir(folder)
-    manifest, problems = loader.check(path, facts)
+    manifest, problems = loader.check(path, arch)
     return {"ok": not problems, "folder": str(path), "exists": path.is_dir(), "problems": problems,
-            "node": {"triton": facts.triton, "python": facts.python, "platform": facts.platform, "arch": facts.arch},
-            "manifest": af.summary(manifest) if manifest is not None else None}
+            "node": {"arch": arch}, "manifest": af.summary(manifest) if manifest is not None else None}
 
 
 def _summary_text(manifest: dict) -> str:
-    builder = manifest["builder"] or {}
-    kernels = ", ".join(f"{name} x{count}" for name, count in manifest["kernels"].items())
-    return (f"Triton {builder.get('triton')}, {builder.get('python')}, sm_{manifest['target'].get('arch')}, "
-            f"built {manifest['built_at']}: {kernels}; CUDA commit kernel {manifest.get('cuda')}")
+    return (f"CUDA commit kernel {manifest['cuda']}, overlay {manifest['overlay_version']}, "
+            f"built {manifest['built_at']}")
 

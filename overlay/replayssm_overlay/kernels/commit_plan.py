@@ -4,17 +4,13 @@ can be checked is checked once per (pool, batch size, track or not), then each c
 Why: the commit runs eagerly once per verify step, after the host has read the accept lengths, so its
 host time is on every request's critical path. A `CommitPlan` is made on the first commit of a batch
 size: it checks the pool's shapes, strides and dtypes against what the kernels reproduce (raising
-`gdn_fold.FoldShapeNotSupported`, `conv_rollback.ConvShapeNotSupported` or `loader.ArtifactRefused`
-before anything is launched), computes every integer argument, and prepares the launch
-(`launch.PrebuiltKernels` or `launch.JitKernels`). `CommitPlan.run` then launches the commit's one
-kernel (fold, conv rollback and track slot: `gdn_fold.gdn_replayssm_fold_kernel`), with index tensors
-that are what the prepared launch assumes, else copied for that call by `indices`: 1-D, contiguous, on the
-pool's device, and int32 16-byte aligned for the Triton kernel's binaries (their specialization). The
-server's track vectors are int64: a plan with a track slot also prepares the Triton kernel's launch for int64
-track vectors (`readable` as int64: its own binary), so that they are read as given, not copied by two more
-launches on every commit (where the folder has no such binary, they are copied). The CUDA
-kernel's launch (`cuda_fold`, a `commit` attribute on the prepared launch) takes the index tensors
-themselves, int32 or int64, and checks them in the same pass that reads their addresses. The plan holds
+`gdn_fold.FoldShapeNotSupported` or `conv_rollback.ConvShapeNotSupported` before anything is launched),
+computes every integer argument, and prepares the launch (`cuda_fold.CudaKernels`, the served default, or
+`launch.JitKernels`, the Triton twin). `CommitPlan.run` then launches the commit's one kernel (fold, conv
+rollback and track slot). The CUDA kernel's launch (`cuda_fold`, a `commit` attribute on the prepared
+launch) takes the index tensors themselves, int32 or int64, and checks them in the same pass that reads
+their addresses; the Triton kernel's takes int32 index vectors, 1-D and contiguous on the pool's device,
+and `indices` copies any other for that call (the server's int64 track vectors among them). The plan holds
 the pool object, so the id it is cached under stays unique while cached. Pools with other than one conv
 state are refused (GDN pools have one).
 """
@@ -23,25 +19,19 @@ from __future__ import annotations
 
 import torch
 
-from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
+from replayssm_overlay.kernels import conv_rollback, gdn_fold
 
 FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES)
-_INT32, _INT64 = torch.int32, torch.int64
+_INT32 = torch.int32
 _INDEX_POSITIONS = tuple(list(gdn_fold.fold_signature("bf16")).index(name)  # what a commit passes the fold
                          for name in ("slots", "accept_lens", "track_slots", "track_steps"))
 
 
-def readable(tensor, dtype, device_index: int) -> bool:
-    """A prepared launch for index vectors of `dtype` can read `tensor` as is: of that dtype, 1-D, contiguous,
-    16-byte aligned (the binaries' specialization), on the device."""
-    return (tensor.dtype is dtype and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
-            and tensor.get_device() == device_index)
-
-
 def indices(tensor, device_index: int):
-    """`tensor` if the prepared launch can read it as is (`readable` as int32), else an int32 contiguous copy
-    (fresh, so aligned); FoldShapeNotSupported if it is not 1-D."""
-    if readable(tensor, _INT32, device_index):
+    """`tensor` if a launch for int32 index vectors can read it as is (int32, 1-D, contiguous, 16-byte aligned,
+    on the device), else an int32 contiguous copy (fresh, so aligned); FoldShapeNotSupported if it is not 1-D."""
+    if (tensor.dtype is _INT32 and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
+            and tensor.get_device() == device_index):
         return tensor
     if tensor.ndim != 1:
         raise gdn_fold.FoldShapeNotSupported(f"index tensor of shape {tuple(tensor.shape)} (need 1-D)")
@@ -70,23 +60,11 @@ class CommitPlan:
         head, ints = (*pool[:3], conv_src, conv_dst, *pool[3:]), (*fold_ints, *conv_ints)
         example = torch.zeros(batch, dtype=torch.int32, device=state.device)
         constexprs = gdn_fold.fold_constexprs(has_track, kernels.tree_numpy if tree_numpy is None else tree_numpy)
-
-        def prepare(track_dtype):  # the launch for int32 slots and accept lengths and track vectors of track_dtype
-            track = torch.zeros(batch, dtype=track_dtype, device=state.device)
-            return kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
-                                   (*head, example, example, track, track, *ints), constexprs,
-                                   FOLD_OPTIONS, self.device_index)
-
-        fold = prepare(_INT32)
+        fold = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
+                               (*head, example, example, example, example, *ints), constexprs, FOLD_OPTIONS,
+                               self.device_index)
         self._commit = getattr(fold, "commit", None)  # the CUDA kernel's: index tensors only
-        self._fold = self._fold_wide = None  # the Triton kernel's: int32 index vectors; int64 track vectors
-        if self._commit is None:
-            self._fold = fold.taking(*_INDEX_POSITIONS)
-            if has_track:
-                try:
-                    self._fold_wide = prepare(_INT64).taking(*_INDEX_POSITIONS)
-                except loader.ArtifactRefused:  # a folder without that binary (another provider's): copies, as before
-                    pass
+        self._fold = None if self._commit is not None else fold.taking(*_INDEX_POSITIONS)  # the Triton kernel's
 
     def matches(self, spec_state) -> bool:
         """Still the pool this plan was made for (same tensor objects)."""
@@ -104,11 +82,7 @@ class CommitPlan:
         device = self.device_index
         slots, accept_lens = indices(slots, device), indices(accept_lens, device)
         if self.has_track:
-            if (self._fold_wide is not None and readable(track_slots, _INT64, device)
-                    and readable(track_steps, _INT64, device)):
-                self._fold_wide(slots, accept_lens, track_slots, track_steps)
-            else:
-                self._fold(slots, accept_lens, indices(track_slots, device), indices(track_steps, device))
+            self._fold(slots, accept_lens, indices(track_slots, device), indices(track_steps, device))
         else:
             self._fold(slots, accept_lens, slots, accept_lens)
 

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 BLOCK = tl.constexpr(128)  # elements per copy step of one warp
-DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}  # prebuilt conv dtypes
+DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}  # conv dtypes taken
 
 
 class ConvShapeNotSupported(ValueError):

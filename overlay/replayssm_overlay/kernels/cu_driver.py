@@ -2,14 +2,12 @@
 
 Why: the commit runs eagerly once per verify step, so every microsecond between the call and the queued
 launch is on each request's path; a launch through ctypes with its arguments made once costs the host
-about 7-9 us a commit on the H200's host, Triton's runner 13-16 (notes/perf.md, session 13). Both of the
-overlay's own launches go through here, with the kernel's parameters as one buffer
-(`CU_LAUNCH_PARAM_BUFFER_POINTER`; as fast as an array of parameter pointers, measured): the CUDA commit
-kernel's (`cuda_fold`: the buffer is its argument struct) and the Triton binaries' (`launch`: the buffer
-laid out at the offsets the driver reports). A `CubinLaunch` holds everything `cuLaunchKernel` takes but
-the stream as ctypes values, so a launch converts nothing; its caller writes the changed parameters into
-the buffer, then calls it. Capture into a CUDA graph records it like any launch on the current stream (the
-parameters are copied when the launch is queued).
+about 7-9 us a commit on the H200's host, Triton's runner 13-16 (notes/perf.md, session 13). The CUDA commit
+kernel's launch (`cuda_fold`) goes through here, with the kernel's parameters as one buffer, its argument
+struct (`CU_LAUNCH_PARAM_BUFFER_POINTER`; as fast as an array of parameter pointers, measured). A
+`CubinLaunch` holds everything `cuLaunchKernel` takes but the stream as ctypes values, so a launch converts
+nothing; its caller writes the changed parameters into the buffer, then calls it. Capture into a CUDA graph
+records it like any launch on the current stream (the parameters are copied when the launch is queued).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import threading
 
 _driver = None
 _driver_lock = threading.Lock()
-CUDA_ERROR_INVALID_VALUE = 1
 
 
 class CudaError(RuntimeError):
@@ -43,35 +40,13 @@ def check(rc: int, what: str) -> None:
         raise CudaError(f"{what}: {name.value.decode() if name.value else rc}")
 
 
-def param_layout(function) -> list[tuple[int, int]] | None:
-    """(offset, size) in bytes of each parameter of a loaded kernel, from the driver (`cuFuncGetParamInfo`,
-    CUDA 12.4 and later); None where the driver cannot say."""
-    lib = driver()
-    if not hasattr(lib, "cuFuncGetParamInfo"):
-        return None
-    layout, offset, size = [], ctypes.c_size_t(), ctypes.c_size_t()
-    function = _handle(function)
-    while True:
-        rc = lib.cuFuncGetParamInfo(function, ctypes.c_size_t(len(layout)), ctypes.byref(offset), ctypes.byref(size))
-        if rc == CUDA_ERROR_INVALID_VALUE:  # past the last parameter
-            return layout
-        if rc != 0:
-            return None
-        layout.append((offset.value, size.value))
-
-
-def _handle(function) -> ctypes.c_void_p:
-    """A CUfunction as an int (as Triton holds it) or a ctypes.c_void_p (as `cuModuleGetFunction` fills it)."""
-    return function if isinstance(function, ctypes.c_void_p) else ctypes.c_void_p(function)
-
-
 _CU_LAUNCH_PARAM_BUFFER_POINTER, _CU_LAUNCH_PARAM_BUFFER_SIZE, _CU_LAUNCH_PARAM_END = 1, 2, 0
 
 
 class CubinLaunch:
     """`cuLaunchKernel(function, grid, threads x 1 x 1, shared, <current stream>, extra=<buffer>)`: the kernel's
     parameters are the bytes of `buffer` (a ctypes object laid out as the kernel takes them), read when the
-    launch is queued."""
+    launch is queued. `function` is the CUfunction as `cuModuleGetFunction` filled it (a ctypes.c_void_p)."""
 
     def __init__(self, function, grid: tuple, threads: int, shared: int, buffer, device_index: int):
         import torch
@@ -83,7 +58,7 @@ class CubinLaunch:
                                             _CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self._size),
                                             _CU_LAUNCH_PARAM_END)
         self._stream = ctypes.c_void_p()
-        self._head = (_handle(function), *(ctypes.c_uint(n) for n in grid), ctypes.c_uint(threads),
+        self._head = (function, *(ctypes.c_uint(n) for n in grid), ctypes.c_uint(threads),
                       ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(shared), self._stream, None, self._extra)
         self._launch_kernel = driver()["cuLaunchKernel"]
         self._stream_of, self._device_index = torch._C._cuda_getCurrentRawStream, device_index

@@ -17,10 +17,10 @@ balances what a static share leaves to the tail, and each block still stages its
 its first; notes/perf.md, sessions 11 and 12); the kernel takes any grid.
 
 `CudaKernels` is the launch source of the "overlay-cuda" fold choice, with the `prepare` method of
-`launch.JitKernels` and `launch.PrebuiltKernels`. Its binary is an
-sm_90 cubin from the artifact folder (compiled with NVRTC by `replayssm-overlay kernels build`, checked by
-the loader: `loader.ArtifactSet.cuda_kernels`). A pool the kernel does not cover (K != 128, V not a
-multiple of a team's columns: 64 for 4 warps of 16, a window over 32 steps, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in `prepare`, before anything is launched.
+`launch.JitKernels` (the Triton twin). Its binary is an sm_90 cubin from the artifact folder (compiled with
+NVRTC by `replayssm-overlay kernels build`, checked by the loader: `loader.ArtifactSet.cuda_kernels`). A pool
+the kernel does not cover (K != 128, V not a multiple of a team's columns: 64 for 4 warps of 16, a window over
+32 steps, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in `prepare`, before anything is launched.
 """
 
 from __future__ import annotations

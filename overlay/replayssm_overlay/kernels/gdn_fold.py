@@ -35,12 +35,12 @@ Shapes (per tensor-parallel rank):
   slots, accept_lens [B] int32; track_slots, track_steps [B] int32 or int64 (as the server passes them)
 Grid: (V // BV, B, HV * num_layers), BV // 16 warps.
 
-Specializations (what `aot_specializations` lists for the ahead-of-time build): the constexprs are K=128,
-BV, NULL_ID (-1), HAS_TRACK (both values), FRONT (the Triton version's lane order, see `_dot_k`) and
-TREE_NUMPY=False, and the conv dtype is in the signature; the head counts HV and HV / H, the value dim V,
-the window RL, every stride and the batch, layer and slot counts are runtime int32 arguments (never
-specialized; V is declared 16-divisible), so nine binaries (three without a track slot, six with one: its
-track vectors int32 or int64) serve every model, tensor-parallel size and window the kernel reproduces.
+Specializations: the constexprs are K=128, BV, NULL_ID (-1), HAS_TRACK, FRONT (the Triton version's lane
+order, see `_dot_k`) and TREE_NUMPY; the head counts HV and HV / H, the value dim V, the window RL, every
+stride and the batch, layer and slot counts are runtime int32 arguments, so Triton compiles one binary per
+(conv dtype, track choice) whatever the model, tensor-parallel size or window. The served commit is the CUDA
+kernel (`gdn_fold.cu`, which takes this kernel's runtime arguments as its struct, `fold_signature`); this
+kernel is its JIT twin: the one the CPU tests run under Triton's interpreter, and `RSO_FOLD=triton`'s.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
 
 
-def lanes_from_front(version: str | None = None) -> bool:
+def lanes_from_front() -> bool:
     """Triton before 3.7 hands lanes to tied axes from the front, 3.7 from the back (see the tile axes)."""
-    major, minor = (int(x) for x in (version or triton.__version__).split(".")[:2])
+    major, minor = (int(x) for x in triton.__version__.split(".")[:2])
     return (major, minor) < (3, 7)
 
 
@@ -191,7 +191,7 @@ def gdn_replayssm_fold_kernel(
     gate_slot_stride,
     HV,  # value heads per rank
     GROUP,  # value heads per key head (HV // H)
-    V,  # value head dim (a multiple of BV; 16-divisible, which the prebuilt binaries assume)
+    V,  # value head dim (a multiple of BV)
     RL,  # ring length (verify window)
     conv_elems,  # dim * W
     conv_width,  # W
@@ -404,36 +404,13 @@ def fold_all_layers(
     )
 
 
-def fold_signature(conv_dtype: str, track_index: str = "i32") -> dict:
-    """The fold's non-constexpr arguments as the prebuilt binaries type them (conv: "bf16", "fp16", "fp32";
-    track_index: the track vectors' "i32", or "i64" as the server passes them, so that no copy is launched)."""
+def fold_signature(conv_dtype: str) -> dict:
+    """The fold's non-constexpr arguments in order, as Triton types them (conv: "bf16", "fp16", "fp32"; the
+    index vectors int32): the CUDA kernel's argument struct (`cuda_fold.FoldArgs`) has the same fields."""
     ints = ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
             "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "V", "RL", "conv_elems",
             "conv_width", "conv_chunk", "conv_src_layer", "conv_src_row", "conv_src_step", "conv_src_dim",
             "conv_src_win", "conv_dst_layer", "conv_dst_slot", "conv_rows", "conv_steps", "conv_slots")
     return {"state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "conv_src": f"*{conv_dtype}",
             "conv_dst": f"*{conv_dtype}", "gate": "*fp32", "beta": "*fp32", "slots": "*i32", "accept_lens": "*i32",
-            "track_slots": f"*{track_index}", "track_steps": f"*{track_index}", **{name: "i32" for name in ints}}
-
-
-# every pointer but the conv window view (an as_strided view may start anywhere) 16-byte aligned, and V a
-# multiple of 16 (the v loads are vectorized on it)
-FOLD_ATTRS = {**{name: [["tt.divisibility", 16]] for name, ty in fold_signature("bf16").items()
-                 if ty.startswith("*") and name != "conv_src"}, "V": [["tt.divisibility", 16]]}
-
-
-def aot_specializations(hv: int, h: int, k: int, v: int, window: int, triton_version: str | None = None) -> list:
-    """What the ahead-of-time build compiles: the commit's one kernel, without a track slot and with one
-    (its track vectors int32 or int64), for each conv dtype. Head counts, value dim, window, batch, layer and
-    slot counts and every stride are runtime arguments, so the same nine binaries serve every shape the
-    kernel reproduces (K=128, V a multiple of 16, HV a multiple of H); the arguments only say whether this
-    shape is one of them."""
-    if k != SUPPORTED_K or v % BLOCK_V or hv % h:
-        return []
-    front = lanes_from_front(triton_version)
-    return [dict(kernel=gdn_replayssm_fold_kernel, signature=fold_signature(conv, index), attrs=FOLD_ATTRS,
-                 num_warps=NUM_WARPS, num_stages=NUM_STAGES, constexprs=fold_constexprs(has_track, False, front),
-                 label=f"gdn_fold K{k} any HV/H/V/window conv {conv} track={has_track}"
-                       + (" track vectors int64" if index == "i64" else ""))
-            for conv in sorted(set(conv_rollback.DTYPES.values()))
-            for has_track, index in ((False, "i32"), (True, "i32"), (True, "i64"))]
+            "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in ints}}

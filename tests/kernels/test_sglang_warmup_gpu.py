@@ -1,0 +1,75 @@
+"""On a GPU: after `sglang_warmup` compiled SGLang's commit on its stand-in, the server's first commits on a
+pool laid out as `MambaPool` lays it out compile nothing more (marked `gpu`; skipped without CUDA).
+
+The CPU test (tests/hooks/test_sglang_warmup.py) checks that the stand-in has the real pool's strides, shapes
+and dtypes; this one checks, with Triton's compiler itself, that they are what decides its compiles: a fresh
+Triton cache folder, the warm-up, then commits with real rows (accepted prefixes, a track slot) on a pool of
+the same layout, and no new binary of SGLang's fold or conv scatter in the folder. Prints what the warm-up
+cost (reported, not asserted). SGLang's kernel files come from RSO_SGLANG_KERNELS, as for the other GPU
+tests (benchmarks/README.md).
+"""
+
+import time
+
+import pytest
+import torch
+
+from benchmarks.fold_cases import sglang_module
+from replayssm_overlay import fold, sglang_warmup
+
+SLOTS, ROWS = 33, 17  # --max-mamba-cache-size 32, --max-running-requests 16: MambaPool's slot and row counts
+LAYERS, HV, H, K, V, WINDOW, CONV_DIM, CONV_WIDTH = 2, 32, 16, 128, 128, 16, 8192, 3
+FOLD_KERNELS = ("gdn_replayssm_exact_fold_kernel", "_fused_conv_window_scatter_with_mask_kernel")
+
+
+def _binaries(cache) -> int:
+    return sum(1 for name in FOLD_KERNELS for _ in cache.glob(f"*/{name}.cubin"))
+
+
+def _pool():
+    """A pool as MambaPool allocates it (every layer, SLOTS slots, the deduplicated conv windows of ROWS rows)."""
+    cuda = dict(device="cuda")
+    span = WINDOW + CONV_WIDTH - 1
+    shared = torch.zeros(LAYERS, ROWS, CONV_DIM, span, dtype=torch.bfloat16, **cuda)
+    return dict(
+        temporal=torch.randn(LAYERS, SLOTS, HV, V, K, **cuda) * 0.5,
+        replayssm_rawv=torch.randn(LAYERS, SLOTS, HV, WINDOW, V, **cuda).to(torch.bfloat16),
+        replayssm_rawk=torch.randn(LAYERS, SLOTS, H, WINDOW, K, **cuda).to(torch.bfloat16),
+        replayssm_g=-torch.rand(LAYERS, SLOTS, HV, WINDOW, **cuda) * 0.1,
+        replayssm_beta=torch.rand(LAYERS, SLOTS, HV, WINDOW, **cuda),
+        conv=[torch.zeros(LAYERS, SLOTS, CONV_DIM, CONV_WIDTH, dtype=torch.bfloat16, **cuda)],
+        intermediate_conv_window=[shared.as_strided((LAYERS, ROWS, WINDOW, CONV_DIM, CONV_WIDTH),
+                                                    (ROWS * CONV_DIM * span, CONV_DIM * span, 1, span, 1))])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_gpu_after_the_warm_up_the_first_commits_compile_nothing(tmp_path):
+    import types
+
+    import triton
+
+    for name in ("fla.gdn_replayssm_spec_fold", "mamba.mamba_state_scatter_triton"):
+        sglang_module(name)  # registered under their full names, which SGLang's commit imports
+    layout = sglang_warmup.PoolLayout(slots=SLOTS, num_v_heads=HV, num_k_heads=H, head_v_dim=V, head_k_dim=K,
+                                      window=WINDOW, state_dtype="float32", ring_dtype="bfloat16",
+                                      conv_shapes=((CONV_DIM, CONV_WIDTH),), conv_window_dedup=True)
+    with triton.knobs.cache.scope():
+        triton.knobs.cache.dir = str(tmp_path)
+        started = time.monotonic()
+        for track in (False, True):
+            fold.sglang_commit(**sglang_warmup._padded_commit(layout, track))
+        torch.cuda.synchronize()
+        print(f"warm-up: {time.monotonic() - started:.2f} s, {_binaries(tmp_path)} binaries compiled")
+        warmed = _binaries(tmp_path)
+        pool = types.SimpleNamespace(**_pool())
+        before = pool.temporal.clone()
+        slots = torch.tensor([3, 0, -1, 7], dtype=torch.int32, device="cuda")
+        lens = torch.tensor([16, 5, 0, 1], dtype=torch.int32, device="cuda")
+        track = (torch.tensor([9, -1, -1, 10], dtype=torch.int64, device="cuda"),
+                 torch.tensor([7, -1, -1, 0], dtype=torch.int64, device="cuda"))
+        fold.sglang_commit(pool, slots, lens, None, None, None, -1)
+        fold.sglang_commit(pool, slots, lens, None, *track, -1)
+        torch.cuda.synchronize()
+        assert _binaries(tmp_path) == warmed >= 2
+    assert not torch.equal(pool.temporal[:, 3], before[:, 3])  # the commits ran
