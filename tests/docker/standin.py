@@ -120,14 +120,15 @@ def pypi_wheel(project: str, version: str) -> Path:
     """The real `project==version` wheel from PyPI for this machine's Python (`pip download --no-deps`),
     cached. The stand-in's Debian Python is 3.11, like the test environment's."""
     target = CACHE / "wheels" / (version if project == "sglang" else f"{project}-{version}")
-    found = sorted(target.glob(f"{project}-{version}-*.whl"))
+    pattern = f"{project.replace('-', '_')}-{version}-*.whl"  # a wheel's file name spells the project with _
+    found = sorted(target.glob(pattern))
     if found:
         return found[0]
     target.mkdir(parents=True, exist_ok=True)
     _log(f"pip download {project}=={version}")
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{project}=={version}",
                     "-d", str(target)], check=True)
-    return sorted(target.glob(f"{project}-{version}-*.whl"))[0]
+    return sorted(target.glob(pattern))[0]
 
 
 def sglang_wheel(version: str) -> Path:
