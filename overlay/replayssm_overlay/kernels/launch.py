@@ -17,15 +17,12 @@ import os
 
 class Prepared:
     """A kernel prepared for one grid and constexprs, from example runtime arguments `args`.
-    `prepared(*runtime)` launches it with every runtime argument; `prepared.taking(*positions)` is a launch
-    that takes only the (pointer) arguments at those positions, the others as given to `prepare`: what a
-    commit passes (its index vectors; the pool and every integer are fixed by its plan)."""
+    `prepared.taking(*positions)` is a launch that takes only the (pointer) arguments at those positions, the
+    others as given to `prepare`: what a commit passes (its index vectors; the pool and every integer are fixed
+    by its plan)."""
 
     def __init__(self, args, launch_all):
         self.args, self._launch_all = tuple(args), launch_all
-
-    def __call__(self, *runtime) -> None:
-        self._launch_all(*runtime)
 
     def taking(self, *positions):
         args, launch_all = list(self.args), self._launch_all
