@@ -12,9 +12,9 @@ why. The outcome is written as a small JSON record per process (`records.py`, ki
 `replayssm-overlay status --json` reads from another process (`read_records`).
 
 Cost: one layer, two requests, the pool's own per-rank head shape, dtypes and verify window, launched
-through the server's own commit path (`kernels.commit_plan.CommitPlan`), so the prebuilt binaries are
-the ones that run (the overlay's kernels are never JIT-compiled when prebuilt ones match); the reference
-compiles SGLang's recurrence twice (ring write and decode), cached by Triton.
+through the server's own commit path (`kernels.commit_plan.CommitPlan`), so the prebuilt CUDA kernel is
+the one that runs (`RSO_FOLD=triton`: the Triton twin, which Triton compiles here, before serving); the
+reference compiles SGLang's recurrence twice (ring write and decode), cached by Triton.
 A non-fp32 SSM state (`--mamba-ssm-dtype`) is not one the overlay's fold handles: SGLang's fold commits,
 said once, and there is nothing to check.
 """
@@ -130,7 +130,7 @@ def _compare(geometry: Geometry, kernels, seed: int) -> str:
     window = _verified_window(geometry, device, seed)
     expected, tracked = window.replayed()
     source = fold.kernel_source(kernels)
-    for track in (False, True):  # both prebuilt specializations of the commit (HAS_TRACK)
+    for track in (False, True):  # both entry points of the commit (HAS_TRACK)
         pool = window.pool()
         track_slots, track_steps = window.track() if track else (None, None)
         commit_plan.CommitPlan(pool, REQUESTS, track, source).run(window.slots, window.accept_lens,
@@ -194,7 +194,7 @@ class _Window:
 
     def track(self):
         """Row 0 stores its state after step N//2 into the track slot; row 1 stores nothing. int64, as the
-        server passes them (so the check launches what serving launches: the int64-track binary)."""
+        server passes them (so the check launches what serving launches)."""
         import torch
 
         device = self.slots.device
