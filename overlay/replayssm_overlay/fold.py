@@ -84,7 +84,7 @@ def _cuda_kernels(artifacts):
     except Exception as err:  # a refused or unloadable binary: SGLang's fold, said once
         why = getattr(err, "what", None) or f"{type(err).__name__}: {err}"
         logger.warning("ReplaySSM GDN fold: the CUDA commit kernel is not used (%s); SGLang's fold commits", why)
-        return None, f"the driver did not load it: {why}"
+        return None, f"it did not load: {why}"
 
 
 def chosen():
