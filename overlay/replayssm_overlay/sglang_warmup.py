@@ -14,9 +14,10 @@ the server's index dtypes (int32 slots and accept lengths, int64 track vectors) 
 (it does not exist yet). Triton keys SGLang's fold on constexprs that include every stride of the pool, so
 the stand-in's tensors are views with the strides of the pool the configurator is about to build (one
 layer; its slot count `max_mamba_cache_size + 1`, its heads, dims, window and dtypes, as `MambaPool`
-allocates them) over two slots of memory. The conv scatter takes the pool's row counts as plain integers;
-the request rows (`max_running_requests + 1`) are not known before the pool is built, so where Triton
-specializes them otherwise than the stand-in's, that one small kernel compiles at the first commit.
+allocates them) over two slots of memory. The conv scatter takes the pool's slot and request-row counts as
+plain integers, for which the stand-in's two stand (the request rows, `max_running_requests + 1`, are not
+even known before the pool is built); where Triton specializes one of them otherwise than the stand-in's,
+that one small kernel compiles at the first commit.
 
 Not warmed, and said in the log: releases whose pools are rings (0.5.20 on: their commit is the release's
 MTP commit, there is no raw-window fold), a page-major pool (`--enable-page-major-kv-layout`: other strides),
