@@ -105,13 +105,26 @@ def warm_before_serving(configurator) -> dict | None:
     return _warmed[layout]
 
 
+KERNEL_PACKAGES = ("kernels/ops/attention/linear", "kernels/ops/attention/fla")  # 0.5.23's layout, the earlier one
+RING_COMMIT = ("gdn_replayssm_spec_decode.py", "def commit_gdn_replayssm_circular(")  # what a ring pool commits with
+FOLD_COMMIT = ("gdn_replayssm_spec_fold.py", "def commit_gdn_replayssm_fold_after_verify(")  # fold.sglang_commit's
+
+
 def _has_raw_window_fold() -> bool:
-    """Whether the installed SGLang has the raw-window commit `fold.sglang_commit` calls (0.5.19)."""
-    try:
-        from sglang.kernels.ops.attention.fla import gdn_replayssm_spec_fold
-    except ImportError:
-        return False
-    return hasattr(gdn_replayssm_spec_fold, "commit_gdn_replayssm_fold_after_verify")
+    """Whether the installed SGLang builds raw-window fold pools (0.5.19), whose commit `fold.sglang_commit`
+    calls: its kernel files define that commit and not the circular ring's (0.5.20 to 0.5.22 keep the former
+    beside the ring, which their pools use). Read from the files, without importing them."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("sglang")
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
+
+    def defines(module: tuple) -> bool:
+        files = (root / package / module[0] for root in roots for package in KERNEL_PACKAGES)
+        return any(f.is_file() and module[1] in f.read_text(encoding="utf-8") for f in files)
+
+    return not defines(RING_COMMIT) and defines(FOLD_COMMIT)
 
 
 def _said(outcome: str, detail: str) -> dict:

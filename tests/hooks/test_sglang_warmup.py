@@ -134,8 +134,24 @@ def test_a_pool_layout_the_configurator_cannot_tell_is_not_warmed_and_the_guard_
     assert "no mamba cache size" in caplog.text and not sglang_warmup._warmed
 
 
-def test_a_release_whose_pools_are_rings_has_nothing_to_warm(monkeypatch):
-    import importlib
+@pytest.mark.parametrize("release, fold_pools", [("0.5.19", True), ("0.5.20", False), ("0.5.23", False)])
+def test_only_a_release_whose_pools_fold_the_raw_window_is_warmed(release, fold_pools):
+    """Read from each release's real tree, in a process that imports it: 0.5.20-0.5.22 still have the raw-window
+    commit beside the ring's, and 0.5.23 moved the kernels to `linear/` (0.5.19: this venv's own)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    monkeypatch.delattr(importlib.import_module(FOLD_MODULE), "commit_gdn_replayssm_fold_after_verify")
+    root = Path(__file__).resolve().parents[2]
+    trees = [] if release == "0.5.19" else [str(root / ".venv" / "sglang-releases" / release)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "overlay"), *trees]))
+    code = "from replayssm_overlay import sglang_warmup; print(sglang_warmup._has_raw_window_fold())"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(fold_pools)
+
+
+def test_a_ring_release_is_said_to_need_no_warm_up(monkeypatch):
+    monkeypatch.setattr(sglang_warmup, "_has_raw_window_fold", lambda: False)
     assert sglang_warmup.warm_before_serving(configurator=None)["outcome"] == "not-needed"
