@@ -20,7 +20,7 @@ even known before the pool is built); where Triton specializes one of them other
 that one small kernel compiles at the first commit.
 
 Not warmed, and said in the log: releases whose pools are rings (0.5.20 on: their commit is the release's
-MTP commit, there is no raw-window fold), a page-major pool (`--enable-page-major-kv-layout`: other strides),
+MTP commit, whatever fold the overlay chose), a page-major pool (`--enable-page-major-kv-layout`: other strides),
 a configurator that publishes no mamba cache size or window. A warm-up that fails is logged and leaves the
 first commit to compile, as in stock SGLang; it never stops the server.
 """
