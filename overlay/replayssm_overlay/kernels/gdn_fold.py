@@ -19,7 +19,7 @@ fmas written out, so the result does not depend on which axes Triton keeps in a 
 j, a4, a3 (16 k) of 4 columns in each thread and puts a2..a0 and 4 columns on the lanes: 3 shuffles
 per column and step instead of 5, a quarter of the k reads of one column per thread, 125 registers.
 Each step's k is l2-normalized in the loop (`_l2_normalized`, once per thread: the 4 columns share it),
-so the commit needs no scratch: 363 SASS instructions per step (notes/perf.md).
+so the commit needs no scratch: 363 SASS instructions per step (notes/perf.md, v5).
 
 Under TRITON_INTERPRET=1 SGLang's kernels reduce with numpy (a row-sequential sum for h^T k, numpy's
 pairwise sum for the l2 norm), so the same reference has another tree on the CPU: `TREE_NUMPY` selects
@@ -124,7 +124,7 @@ def _l2_normalized(k, TREE_NUMPY: tl.constexpr):
     instead of the division's three (two of them predicated). The multiply is written as PTX: as an
     LLVM fmul, the SLP vectorizer groups it across the tile's columns (which hold the same k), and then
     nothing dedupes the norm's reduction, four times per thread (391 -> 363 SASS instructions per step
-    with the asm, 527 without; notes/perf.md). Under numpy (TREE_NUMPY) division is exact: it divides."""
+    with the asm, 527 without; notes/perf.md, v5). Under numpy (TREE_NUMPY) division is exact: it divides."""
     if TREE_NUMPY:  # numpy's pairwise sum needs one k vector, not the [128, columns] tile
         k1 = tl.max(tl.max(k, 6, keep_dims=True), 3, keep_dims=True)
         return k / tl.sqrt(_dot_k(k1, k1, TREE_NUMPY) + 1e-6)
@@ -268,7 +268,7 @@ def gdn_replayssm_fold_kernel(
         b_g = n_g
         b_beta = n_b
         # the next step's v, g, beta are in flight while this step computes (prefetching k too costs
-        # registers and was slower on the H200: notes/perf.md)
+        # registers and was slower on the H200: notes/perf.md, v4 and v5)
         more = t + 1 < n_commit
         n_v = tl.load(p_v + (t + 1) * V, mask=more, other=0.0)
         n_g = tl.load(p_g + (t + 1), mask=more, other=0.0)
