@@ -14,9 +14,17 @@ why. The outcome is written as a small JSON record per process (`records.py`, ki
 Cost: one layer, two requests, the pool's own per-rank head shape, dtypes and verify window, launched
 through the server's own commit path (`kernels.commit_plan.CommitPlan`), so the prebuilt CUDA kernel is
 the one that runs (`RSO_FOLD=triton`: the Triton twin, which Triton compiles here, before serving); the
-reference compiles SGLang's recurrence twice (ring write and decode), cached by Triton.
+reference compiles SGLang's recurrence twice (ring write and decode), cached by Triton. The CUDA kernel is
+launched twice on the same window: on the grid serving picks for this batch (one item per block at this
+size), and on a pinned grid of `cuda_fold.STRIDED_BLOCKS` blocks (`STAGING_GRID`), where every block walks
+several items and stages and prefetches the next one while it folds (`has_next` in `gdn_fold.cu`), the
+path every batch with more items than resident blocks runs; its cost (two more launches and compares) is
+recorded as `staging_seconds`.
 A non-fp32 SSM state (`--mamba-ssm-dtype`) is not one the overlay's fold handles: SGLang's fold commits,
-said once, and there is nothing to check.
+said once, and there is nothing to check. On the circular-ring releases (0.5.20 to 0.5.23,
+`replayssm_overlay.protocol`) the commit is SGLang's own MTP commit and the overlay's fold never runs:
+nothing is checked or compiled, and the record says what commits ("ring-commit").
+Every record carries `commit` and `exactness` (`replayssm_overlay.exactness`).
 """
 
 from __future__ import annotations
@@ -27,11 +35,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from replayssm_overlay import records
+from replayssm_overlay import exactness, protocol, records
 
-RECORD_SCHEMA = 1
+RECORD_SCHEMA = 2
 REQUESTS = 2  # rows of the check's batch: one accepts the whole window, one a random shorter prefix
 CONV_DIM, CONV_WIDTH = 64, 3  # the check's conv state per slot (the commit's conv sizes are runtime values)
+STAGING_GRID = "strided"  # the CUDA kernel's pinned grid on which each block folds several items (has_next)
 
 logger = logging.getLogger("replayssm_overlay.selfcheck")
 _checked = {}  # Geometry -> its record: the check runs once per process and pool geometry
@@ -66,35 +75,50 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def check_before_serving(geometry: Geometry, *, seed: int | None = None) -> dict:
+def check_before_serving(geometry: Geometry, *, seed: int | None = None,
+                         protocol_name: str | None = None) -> dict:
     """Run the check for this process's pool geometry (once; a second pool of the same geometry gets the
-    same record), act on it (SGLang's fold on anything but a pass), write the record and return it."""
+    same record), act on it (SGLang's fold on anything but a pass), write the record and return it.
+    `protocol_name`: the installed release's (`protocol.installed()` where not given); on a ring release
+    nothing is checked."""
     if geometry in _checked:
         return _checked[geometry]
     from replayssm_overlay import fold
 
     started = time.monotonic()
+    protocol_name = protocol.installed() if protocol_name is None else protocol_name
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
-    outcome, detail = _check(geometry, seed)
-    if outcome == "passed":
-        logger.info("replayssm-overlay: self-check passed: %s", detail)
-    elif outcome in ("mismatch", "error"):
-        logger.error("replayssm-overlay: self-check: %s; switching to SGLang's fold for this process", detail)
-    if outcome != "passed" and fold.chosen()[0] != "sglang":
-        fold.fall_back_to_sglang(f"self-check before serving: {detail}")  # logged once, with the reason
+    timing = {}
+    if protocol_name == protocol.RING:
+        outcome, detail = "ring-commit", ("this release keeps a circular GDN ring, which SGLang's own MTP commit "
+                                          f"({protocol.MTP_COMMIT}) commits; the overlay's fold never runs here, so "
+                                          "nothing of it is checked")
+        used = {"fold": "none", "reason": "the overlay's fold kernels are not used on a circular-ring release"}
+    else:
+        outcome, detail = _check(geometry, seed, timing)
+        if outcome == "passed":
+            logger.info("replayssm-overlay: self-check passed: %s", detail)
+        elif outcome in ("mismatch", "error"):
+            logger.error("replayssm-overlay: self-check: %s; switching to SGLang's fold for this process", detail)
+        if outcome != "passed" and fold.chosen()[0] != "sglang":
+            fold.fall_back_to_sglang(f"self-check before serving: {detail}")  # logged once, with the reason
+        used = fold.describe()
+    claim = exactness.describe(protocol_name, fold=used["fold"], state_dtype=geometry.state_dtype,
+                               ring_dtype=geometry.ring_dtype)
     record = {
         "schema": RECORD_SCHEMA, "pid": os.getpid(), "time": time.time(), "outcome": outcome, "detail": detail,
-        "seed": seed, "geometry": asdict(geometry), "fold": fold.describe(),
-        "seconds": round(time.monotonic() - started, 3),
+        "seed": seed, "geometry": asdict(geometry), "protocol": protocol_name, "fold": used,
+        "commit": claim["commit"], "exactness": claim, "seconds": round(time.monotonic() - started, 3), **timing,
     }
     records.write("selfcheck", record, logger)
     _checked[geometry] = record
     return record
 
 
-def _check(geometry: Geometry, seed: int) -> tuple[str, str]:
+def _check(geometry: Geometry, seed: int, timing: dict) -> tuple[str, str]:
     """(outcome, detail): passed, mismatch, error (the check could not run), not-covered (the overlay's
-    fold does not take this pool) or sglang-fold (SGLang's fold is the one in use, or must be)."""
+    fold does not take this pool) or sglang-fold (SGLang's fold is the one in use, or must be). `timing`
+    gets the staging grid's cost where it ran."""
     from replayssm_overlay import fold
 
     kind, reason, kernels = fold.chosen()
@@ -106,7 +130,7 @@ def _check(geometry: Geometry, seed: int) -> tuple[str, str]:
     from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
 
     try:
-        mismatch = _compare(geometry, kernels, seed)
+        mismatch = _compare(geometry, kernels, seed, timing)
     except (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused) as err:
         return "not-covered", f"the overlay's fold does not cover this pool ({err}), so SGLang's fold commits"
     except Exception as err:  # a check that cannot run proves nothing: do not serve the overlay's fold
@@ -116,13 +140,13 @@ def _check(geometry: Geometry, seed: int) -> tuple[str, str]:
     return "passed", f"the overlay's fold ({kind}) equals SGLang's recurrence bitwise on a random window"
 
 
-def _compare(geometry: Geometry, kernels, seed: int) -> str:
+def _compare(geometry: Geometry, kernels, seed: int, timing: dict) -> str:
     """'' if the chosen fold, launched as the server's commit launches it (`kernels.commit_plan`), equals
-    the token-by-token recurrence bitwise (and rolls the conv windows back), else what differs."""
+    the token-by-token recurrence bitwise (and rolls the conv windows back), else what differs. The CUDA
+    kernel runs on serving's grid and on STAGING_GRID (`timing["staging_seconds"]`: the latter's cost)."""
     import torch
 
     from replayssm_overlay import fold
-    from replayssm_overlay.kernels import commit_plan
 
     if not geometry.window or geometry.window < 1:
         raise ValueError(f"no verify window to check (speculative draft tokens: {geometry.window})")
@@ -130,6 +154,24 @@ def _compare(geometry: Geometry, kernels, seed: int) -> str:
     window = _verified_window(geometry, device, seed)
     expected, tracked = window.replayed()
     source = fold.kernel_source(kernels)
+    differs = _commit_differs(window, source, expected, tracked)
+    if differs or not hasattr(source, "pinned"):
+        return differs
+    started = time.monotonic()
+    differs = _commit_differs(window, source.pinned(STAGING_GRID), expected, tracked)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    timing.update(staging_grid=STAGING_GRID, staging_seconds=round(time.monotonic() - started, 4))
+    return f"on the pinned {STAGING_GRID} grid (each block stages its next item), {differs}" if differs else ""
+
+
+def _commit_differs(window, source, expected, tracked) -> str:
+    """'' if `source`'s commit of `window`, without and with a track slot, is the replayed state, else what
+    differs."""
+    import torch
+
+    from replayssm_overlay.kernels import commit_plan
+
     for track in (False, True):  # both entry points of the commit (HAS_TRACK)
         pool = window.pool()
         track_slots, track_steps = window.track() if track else (None, None)
@@ -138,7 +180,7 @@ def _compare(geometry: Geometry, kernels, seed: int) -> str:
         state = pool.temporal
         for row, slot in enumerate(window.slots.tolist()):
             if not torch.equal(state[:, slot], expected[:, slot]):
-                return (f"slot of request {row} (accepted {int(window.accept_lens[row])} of {geometry.window} "
+                return (f"slot of request {row} (accepted {int(window.accept_lens[row])} of {window.rawk.shape[3]} "
                         f"tokens) differs after the fold, {_diff(state[:, slot], expected[:, slot])}")
             last = int(window.accept_lens[row]) - 1
             if not torch.equal(pool.conv[0][:, slot], pool.intermediate_conv_window[0][:, row, last]):

@@ -17,8 +17,8 @@ import types
 import pytest
 import torch
 
-from replayssm_overlay import fold, records, selfcheck
-from replayssm_overlay.kernels import launch
+from replayssm_overlay import fold, protocol, records, selfcheck
+from replayssm_overlay.kernels import cuda_fold, gdn_fold, launch, nvrtc
 
 SMALL = selfcheck.Geometry(num_v_heads=2, num_k_heads=1, head_v_dim=32, head_k_dim=128, window=4,
                            state_dtype="float32", ring_dtype="bfloat16")
@@ -120,6 +120,124 @@ def test_sglangs_fold_needs_no_check(monkeypatch):
     assert record["outcome"] == "sglang-fold" and "nothing to check" in record["detail"]
 
 
+def test_the_record_says_what_commits_and_what_is_bitwise():
+    record = selfcheck.check_before_serving(SMALL, seed=9, protocol_name=protocol.FOLD)
+    assert record["protocol"] == protocol.FOLD and record["commit"] == "the overlay's fold (overlay-triton)"
+    assert record["exactness"]["bitwise_equal_to"] == "replayssm-off-state"
+    assert any("track slot" in c for c in record["exactness"]["caveats"])
+
+
+def test_a_ring_release_checks_nothing_and_records_sglangs_mtp_commit(monkeypatch, caplog):
+    """0.5.20 to 0.5.23: the overlay's fold never commits, so nothing is compiled or compared, the fold
+    choice is left alone, and the record says that SGLang's MTP commit commits."""
+    monkeypatch.setattr(selfcheck, "_compare", lambda *a: pytest.fail("the overlay's fold checked on a ring release"))
+    monkeypatch.setattr(fold, "chosen", lambda: pytest.fail("a fold chosen on a ring release"))
+    with caplog.at_level(logging.INFO):
+        record = selfcheck.check_before_serving(SMALL, seed=10, protocol_name=protocol.RING)
+    assert record["outcome"] == "ring-commit" and protocol.MTP_COMMIT in record["detail"]
+    assert record["fold"]["fold"] == "none" and protocol.MTP_COMMIT in record["commit"]
+    assert record["exactness"]["bitwise_equal_to"] == "sglang-mtp-commit" and record["exactness"]["caveats"] == []
+    assert not [r for r in caplog.records if "switching" in r.getMessage()]
+    assert _only_record()["outcome"] == "ring-commit"
+
+
+@pytest.mark.parametrize("ring_dtype", ["float16", "float32"])
+def test_the_triton_kernel_reads_float16_and_float32_rings_bitwise(ring_dtype):
+    """SGLANG_MAMBA_CONV_DTYPE sets the rings' dtype; the Triton kernel converts each load to fp32, as the
+    recurrence does, so its check passes."""
+    record = selfcheck.check_before_serving(selfcheck.Geometry(**{**SMALL.__dict__, "ring_dtype": ring_dtype}),
+                                            seed=13, protocol_name=protocol.FOLD)
+    assert record["outcome"] == "passed", record
+
+
+def test_the_triton_kernel_refuses_a_ring_dtype_it_does_not_read():
+    state, rawv, rawk, g, beta = (torch.zeros(1, 2, 2, 32, 128), torch.zeros(1, 2, 2, 4, 32, dtype=torch.int16),
+                                  torch.zeros(1, 2, 1, 4, 128, dtype=torch.int16), torch.zeros(1, 2, 2, 4),
+                                  torch.zeros(1, 2, 2, 4))
+    with pytest.raises(gdn_fold.FoldShapeNotSupported, match="raw ring dtypes"):
+        gdn_fold.check_shapes(state, rawv, rawk, g, beta)
+
+
+@pytest.mark.parametrize("ring_dtype", ["float16", "float32"])
+def test_the_cuda_kernel_does_not_cover_float16_or_float32_rings_and_says_so(ring_dtype, monkeypatch):
+    """It reads the rings as bf16 pairs: such a pool is "not-covered" (SGLang's fold commits it), refused
+    before the binary loads, not a "mismatch" after a launch (nor an "error" where no GPU loads it)."""
+    monkeypatch.setattr(fold, "_choice", ("overlay-cuda", "test", cuda_fold.CudaKernels(b"not a cubin", "test")))
+    geometry = selfcheck.Geometry(**{**SMALL.__dict__, "head_v_dim": 64, "ring_dtype": ring_dtype})
+    record = selfcheck.check_before_serving(geometry, seed=14, protocol_name=protocol.FOLD)
+    assert record["outcome"] == "not-covered", record
+    assert f"torch.{ring_dtype}" in record["detail"] and "bfloat16 rings only" in record["detail"]
+    assert fold.describe()["fold"] == "sglang"
+
+
+class _StagedStandIn(launch.JitKernels):
+    """Test-only stand-in for the CUDA kernel's launch source on the CPU: Triton's kernel under the
+    interpreter, with the CUDA source's `pinned(grid)`. `fault_when_staged`: its launches on a pinned grid
+    reduce with the other tree, a fault that only a block folding several items would show."""
+
+    kind = "overlay-cuda"
+
+    def __init__(self, grid="auto", fault_when_staged=False, launched=None):
+        self.grid, self.fault, self.launched = grid, fault_when_staged, [] if launched is None else launched
+
+    @property
+    def tree_numpy(self) -> bool:
+        return launch.interpreting() != (self.fault and self.grid != "auto")
+
+    def pinned(self, grid):
+        return _StagedStandIn(grid, self.fault, self.launched)
+
+    def prepare(self, fn, grid, args, constexprs, options, device_index=0):
+        self.launched.append(self.grid)
+        return super().prepare(fn, grid, args, constexprs, options, device_index)
+
+
+def test_the_cuda_kernel_is_also_checked_on_a_grid_whose_blocks_stage_their_next_item(monkeypatch):
+    source = _StagedStandIn()
+    monkeypatch.setattr(fold, "_choice", ("overlay-cuda", "stand-in", source))
+    record = selfcheck.check_before_serving(SMALL, seed=15, protocol_name=protocol.FOLD)
+    assert record["outcome"] == "passed", record
+    half = len(source.launched) // 2  # plans without and with a track slot, on each grid
+    assert source.launched == ["auto"] * half + [selfcheck.STAGING_GRID] * half and half >= 2
+    assert record["staging_grid"] == selfcheck.STAGING_GRID and record["staging_seconds"] >= 0
+
+
+def test_a_fault_only_the_staging_path_has_is_caught(monkeypatch):
+    monkeypatch.setattr(fold, "_choice", ("overlay-cuda", "stand-in", _StagedStandIn(fault_when_staged=True)))
+    record = selfcheck.check_before_serving(SMALL, seed=16, protocol_name=protocol.FOLD)
+    assert record["outcome"] == "mismatch" and f"pinned {selfcheck.STAGING_GRID} grid" in record["detail"], record
+    assert fold.describe()["fold"] == "sglang"
+
+
+#: per-rank shapes of the supported models at TP 1-8 (HV, H, V) and their windows: the check's geometry
+CHECKED_SHAPES = [(hv, max(1, hv // 2), 128, window) for hv in (4, 8, 16, 32, 64) for window in (2, 4, 8, 16)]
+
+
+@pytest.mark.parametrize("has_track", [False, True])
+@pytest.mark.parametrize("hv,h,v,window", CHECKED_SHAPES)
+def test_on_the_staging_grid_every_block_of_the_checks_commit_folds_several_items(hv, h, v, window, has_track):
+    """What makes the check run `has_next` in gdn_fold.cu: with the check's two rows, serving's grid gives
+    each block one item (resident blocks of an H100/H200 outnumber the items), the staging grid several
+    (each block but possibly the last stages its next item at every item but its last)."""
+    state = torch.zeros(1, selfcheck.REQUESTS + 2, hv, v, 128)
+    rawv, rawk = torch.zeros(1, 4, hv, window, v, dtype=torch.bfloat16), torch.zeros(1, 4, h, window, 128,
+                                                                                     dtype=torch.bfloat16)
+    g = torch.zeros(1, 4, hv, window)
+    conv = torch.zeros(1, 4, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH, dtype=torch.bfloat16)
+    windows = torch.zeros(1, selfcheck.REQUESTS, window, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH, dtype=torch.bfloat16)
+    slots = torch.zeros(selfcheck.REQUESTS, dtype=torch.int32)
+    src, dst, conv_ints = gdn_fold.conv_args(state, conv, windows)
+    args = (state, rawv, rawk, src, dst, g, g, slots, slots, slots, slots,
+            *gdn_fold.runtime_args(state, rawv, rawk, g, g), *conv_ints)
+    packed = cuda_fold.pack(args, selfcheck.REQUESTS)
+    team, resident = 4, 132 * 4  # an H100's or H200's SMs, 16 warps each
+    work = cuda_fold.work_units(packed, team)
+    served = cuda_fold.grid_size(packed, team, resident, has_track)
+    staged = cuda_fold.grid_size(packed, team, resident, has_track, selfcheck.STAGING_GRID)
+    assert served == work  # one item per block: has_next never true
+    assert staged == cuda_fold.STRIDED_BLOCKS and work >= 2 * staged, (work, staged)
+
+
 def test_records_of_dead_processes_and_unreadable_files_are_listed(tmp_path):
     folder = tmp_path / "records"
     folder.mkdir()
@@ -144,4 +262,61 @@ def test_gpu_the_overlays_fold_passes_at_the_target_shape():
 def test_gpu_a_planted_reordered_tree_is_caught(monkeypatch):
     _plant_the_other_tree(monkeypatch)
     assert selfcheck.check_before_serving(GPU_TARGET, seed=12)["outcome"] == "mismatch"
+    assert fold.describe()["fold"] == "sglang"
+
+
+def _cuda_kernel_chosen(monkeypatch, source: str | None = None) -> cuda_fold.CudaKernels:
+    """The CUDA kernel built here with NVRTC (from `source`, else gdn_fold.cu) as this process's fold."""
+    cubin = nvrtc.compile_cubin(source, [])[0] if source else nvrtc.build_fold()[0]
+    kernels = cuda_fold.CudaKernels(cubin, "nvrtc")
+    monkeypatch.setattr(fold, "_choice", ("overlay-cuda", "nvrtc", kernels))
+    return kernels
+
+
+@pytest.mark.gpu
+def test_gpu_the_cuda_kernel_passes_on_both_grids_and_the_cost_is_printed(monkeypatch, capsys):
+    _cuda_kernel_chosen(monkeypatch)
+    check = selfcheck.check_before_serving(GPU_TARGET, seed=17)  # compiles SGLang's recurrence (Triton's cache)
+    monkeypatch.setattr(selfcheck, "_checked", {})
+    record = selfcheck.check_before_serving(GPU_TARGET, seed=18)  # as a restart with a warm cache
+    assert check["outcome"] == record["outcome"] == "passed", record
+    assert record["staging_grid"] == selfcheck.STAGING_GRID
+    with capsys.disabled():
+        print(f"\nself-check at HV=32 H=16 K=V=128 T=16 (CUDA kernel, {torch.cuda.get_device_name()}): "
+              f"{record['seconds']:.3f} s with a warm Triton cache ({check['seconds']:.3f} s cold), of which the "
+              f"staging grid {record['staging_seconds'] * 1e3:.1f} ms")
+
+
+#: gdn_fold.cu's normalization of a block's next item; planted away, only a block with a next item folds wrong
+NEXT_ITEM_NORMALIZED = "    if (has_next)\n      normalize_share<NT, HELD>(a, next, share,"
+
+
+@pytest.mark.gpu
+def test_gpu_a_fault_only_in_the_staging_path_is_caught(monkeypatch):
+    """The kernel built with the next item's k never normalized: serving's grid for the check's two rows
+    (one item per block) commits right, the staging grid does not, and the check says so."""
+    source = nvrtc.SOURCE.read_text()
+    assert source.count(NEXT_ITEM_NORMALIZED) == 1
+    planted = source.replace(NEXT_ITEM_NORMALIZED, NEXT_ITEM_NORMALIZED.replace("(has_next)", "(has_next && a.batch < 0)"))
+    kernels = _cuda_kernel_chosen(monkeypatch, planted)
+    device = torch.device("cuda", torch.cuda.current_device())
+    window = selfcheck._verified_window(GPU_TARGET, device, 19)
+    expected, tracked = window.replayed()
+    assert selfcheck._commit_differs(window, kernels, expected, tracked) == ""  # the check before this issue
+    record = selfcheck.check_before_serving(GPU_TARGET, seed=19)
+    assert record["outcome"] == "mismatch" and f"pinned {selfcheck.STAGING_GRID} grid" in record["detail"], record
+    assert fold.describe()["fold"] == "sglang"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ring_dtype", ["float16", "float32"])
+def test_gpu_rings_of_the_other_conv_dtypes(ring_dtype, monkeypatch):
+    """SGLANG_MAMBA_CONV_DTYPE=float16 or float32: the Triton kernel (JIT) commits them bitwise; the CUDA
+    kernel, which reads bf16 rings only, is "not-covered" and SGLang's fold commits."""
+    geometry = selfcheck.Geometry(**{**GPU_TARGET.__dict__, "ring_dtype": ring_dtype})
+    assert selfcheck.check_before_serving(geometry, seed=20)["outcome"] == "passed"
+    monkeypatch.setattr(selfcheck, "_checked", {})
+    _cuda_kernel_chosen(monkeypatch)
+    record = selfcheck.check_before_serving(geometry, seed=21)
+    assert record["outcome"] == "not-covered" and "bfloat16 rings only" in record["detail"], record
     assert fold.describe()["fold"] == "sglang"

@@ -20,7 +20,8 @@ its first; notes/perf.md, sessions 11 and 12); the kernel takes any grid.
 `launch.JitKernels` (the Triton twin). Its binary is an sm_90 cubin from the artifact folder (compiled with
 NVRTC by `replayssm-overlay kernels build`, checked by the loader: `loader.ArtifactSet.cuda_kernels`). A pool
 the kernel does not cover (K != 128, V not a multiple of a team's columns: 64 for 4 warps of 16, a window over
-32 steps, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in `prepare`, before anything is launched.
+32 steps, raw k/v rings that are not bf16, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in
+`prepare`, before anything is launched.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ _SIGNATURE = gdn_fold.fold_signature("bf16")  # the Triton kernel's runtime argu
 _POINTERS = tuple(name for name, ty in _SIGNATURE.items() if ty.startswith("*"))
 _INTS = tuple(name for name, ty in _SIGNATURE.items() if ty == "i32") + ("layers", "batch", "wide_indices")
 _INDEX_VECTORS = 4  # the last pointers: slots, accept lens, track slots, track steps (bits 0..3 of wide_indices)
-GRIDS = ("auto", "persistent", "per-item", "pairs")  # `grid_size`'s choices; the last three pin a grid
+GRIDS = ("auto", "persistent", "per-item", "pairs", "strided")  # `grid_size`'s choices; all but auto pin a grid
+STRIDED_BLOCKS = 3  # the "strided" grid: each block walks every third unit (the self-check's staging grid)
+RING_DTYPE = "torch.bfloat16"  # the raw k/v rings are read as bf16 pairs (bf16_lo/bf16_hi)
 AUTO_SHARE_MAX_WINDOW = {False: 6, True: 8}  # ring windows up to which blocks of a few work units win (track slot: 8)
 AUTO_SHARE_MIN_WAVES = 4  # ... where that makes at least this many times the resident blocks (below, persistent)
 
@@ -141,6 +144,10 @@ def smem_bytes(window: int, team: int, columns: int = COLUMNS) -> int:
 def _covers(args, columns: int = COLUMNS) -> None:
     """Raise FoldShapeNotSupported unless the kernel handles these (already Triton-checked) arguments."""
     state, rawv, rawk = args[:3]  # the conv pair is Triton-checked: bf16, fp16 or fp32, 2 or 4 bytes a copy
+    if str(rawv.dtype) != RING_DTYPE or str(rawk.dtype) != RING_DTYPE:  # SGLANG_MAMBA_CONV_DTYPE sets the rings'
+        raise gdn_fold.FoldShapeNotSupported(f"raw k/v rings of {rawk.dtype}/{rawv.dtype} (the CUDA kernel reads "
+                                             "bfloat16 rings only; the ring dtype is the conv dtype, "
+                                             "SGLANG_MAMBA_CONV_DTYPE)")
     V, RL = state.shape[3], rawv.shape[3]
     if V % columns or RL > MAX_WINDOW:
         raise gdn_fold.FoldShapeNotSupported(f"V={V} (need a multiple of {columns}) or window {RL} (at most {MAX_WINDOW})"
@@ -164,6 +171,12 @@ class CudaKernels:
         self.grid = grid  # benchmarks and the window sweep pin a grid; serving uses auto
         self._loaded = {}
         self._lock = threading.Lock()
+
+    def pinned(self, grid: str) -> "CudaKernels":
+        """The same binary, loaded once for both, launched on another grid (the self-check's staging grid)."""
+        other = CudaKernels(self.cubin, self.origin, self.columns, grid)
+        other._loaded, other._lock = self._loaded, self._lock
+        return other
 
     def loaded(self, device_index: int) -> LoadedFold:
         """The binary loaded on that device (once; raises CudaError if the driver refuses it)."""
@@ -260,9 +273,12 @@ def grid_size(packed: FoldArgs, team: int, resident: int, has_track: bool, grid:
     state traffic dominates: blocks that the hardware schedules as others finish balance the tail that a static
     share leaves, and each still stages its second unit under its first (397B at TP 4, a 4-step window, B=8:
     -3.5% against persistent, -2% against a block per unit). With fewer waves the last blocks would start only
-    after the first had folded everything (up to +24%). "per-item" and "pairs" pin blocks of 1 and 2 units.
-    Measured: notes/perf.md, session 12."""
+    after the first had folded everything (up to +24%). "per-item" and "pairs" pin blocks of 1 and 2 units,
+    "strided" STRIDED_BLOCKS blocks (each stages its next unit at every unit but its last, and steps the unit
+    cursor by a stride that carries across its digits). Measured: notes/perf.md, session 12."""
     work = work_units(packed, team, columns)
+    if grid == "strided":
+        return min(STRIDED_BLOCKS, work)
     share = {"per-item": 1, "pairs": 2}.get(grid) or (auto_share(packed.RL, has_track) if grid == "auto" else 0)
     if share:
         blocks = -(-work // share)

@@ -28,8 +28,8 @@ also checked on the CPU, against a numpy emulation of it (tests/kernels).
 
 Shapes (per tensor-parallel rank):
   state   [num_layers, num_slots, HV, V, K] fp32, folded in place (per head [V, K], k fastest)
-  rawv    [num_layers, num_slots, HV, RL, V] bf16 (raw v per verify step)
-  rawk    [num_layers, num_slots, H, RL, K]  bf16 (raw pre-norm k per verify step)
+  rawv    [num_layers, num_slots, HV, RL, V] bf16 (raw v per verify step; fp16 and fp32 rings too: RING_DTYPES)
+  rawk    [num_layers, num_slots, H, RL, K]  bf16 (raw pre-norm k per verify step; the same dtype as rawv)
   g, beta [num_layers, num_slots, HV, RL]    fp32
   conv    [num_layers, num_slots, dim, W] and its window view [num_layers, B, RL, dim, W] (conv_rollback.py)
   slots, accept_lens [B] int32; track_slots, track_steps [B] int32 or int64 (as the server passes them)
@@ -57,6 +57,10 @@ SUPPORTED_K = 128  # the tree above is the one the decode kernel has for K = 128
 BLOCK_V = 16  # columns per program
 NUM_WARPS = 1  # BLOCK_V // 16: each warp covers 16 columns
 NUM_STAGES = 1  # the loop prefetches by hand; Triton's pipeliner has nothing to add
+# raw k/v ring dtypes (SGLang's conv dtype, SGLANG_MAMBA_CONV_DTYPE) this kernel reads exactly: each load is
+# converted to fp32, as the recurrence converts its inputs (the CUDA kernel reads bf16 only:
+# cuda_fold.RING_DTYPE)
+RING_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32")
 
 
 def lanes_from_front() -> bool:
@@ -305,8 +309,9 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
                                     "HV a multiple of H)")
     if str(state.dtype) != "torch.float32" or str(gate.dtype) != "torch.float32" or beta.dtype != gate.dtype:
         raise FoldShapeNotSupported(f"state/gate/beta dtypes {state.dtype}/{gate.dtype}/{beta.dtype}")
-    if rawv.dtype != rawk.dtype:
-        raise FoldShapeNotSupported(f"raw ring dtypes differ: {rawv.dtype} vs {rawk.dtype}")
+    if rawv.dtype != rawk.dtype or str(rawk.dtype) not in RING_DTYPES:
+        raise FoldShapeNotSupported(f"raw ring dtypes {rawv.dtype}/{rawk.dtype} (need one of "
+                                    f"{', '.join(d.removeprefix('torch.') for d in RING_DTYPES)}, the same for both)")
     expect = {
         "state": (state, (HV * V * K, V * K, K, 1)),
         "rawv": (rawv, (HV * RL * V, RL * V, V, 1)),
