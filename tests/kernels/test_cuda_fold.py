@@ -122,6 +122,7 @@ def test_short_windows_with_enough_work_get_blocks_of_a_few_units_and_the_rest_a
         assert cuda_fold.grid_size(p, 4, resident=few, has_track=track, grid="per-item") == work
         assert cuda_fold.grid_size(p, 4, resident=few, has_track=track, grid="pairs") == work // 2
         assert cuda_fold.grid_size(p, 4, resident=few, has_track=track, grid="persistent") == few
+        assert cuda_fold.grid_size(p, 4, resident=few, has_track=track, grid="strided") == cuda_fold.STRIDED_BLOCKS
     small = packed(4, batch=1)
     assert cuda_fold.grid_size(small, 4, resident=528, has_track=False) == cuda_fold.work_units(small, team=4) == 16
     with pytest.raises(ValueError, match="grid 'wide'"):
@@ -147,13 +148,17 @@ def test_a_commit_reads_element_aligned_int32_and_int64_vectors_as_given_and_cop
         given(base.view(2, 3))
 
 
-@pytest.mark.parametrize("what", ["V", "window", "misaligned rawk"])
+@pytest.mark.parametrize("what", ["V", "window", "misaligned rawk", "float16 rings", "float32 rings"])
 def test_pools_the_kernel_does_not_cover_are_refused_before_anything_loads(what):
     """Pools the Triton kernel takes but a CUDA build does not: V not a multiple of a (32-column) layout's
-    item, a window of more steps than a warp has lanes, a ring that is not 16-byte aligned."""
+    item, a window of more steps than a warp has lanes, a ring that is not 16-byte aligned, rings of another
+    dtype than bf16 (SGLANG_MAMBA_CONV_DTYPE=float16 or float32: the kernel reads bf16 pairs)."""
     state, rawv, rawk, g, beta = _pool(V=48 if what == "V" else 128, RL=33 if what == "window" else 8)
     if what == "misaligned rawk":
         rawk = torch.zeros(rawk.numel() + 1, dtype=torch.bfloat16)[1:].view(rawk.shape)
+    if what.endswith("rings"):
+        dtype = getattr(torch, what.split()[0])
+        rawv, rawk = rawv.to(dtype), rawk.to(dtype)
     slots = lens = torch.zeros(1, dtype=torch.int32)
     args = _fold_args(state, rawv, rawk, g, beta, slots, lens)  # the Triton kernel's checks pass
     kernels = cuda_fold.CudaKernels(b"not a cubin", "test", columns=32 if what == "V" else cuda_fold.COLUMNS)
