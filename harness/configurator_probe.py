@@ -21,7 +21,7 @@ from harness.gdn_pool import TinyGDN
 
 KDA_REFUSAL = "requires a KDA"
 RAGGED_REFUSAL = "SGLANG_RAGGED_VERIFY_MODE=static"
-PD_DECODE_REFUSAL = "not served on a PD-disaggregation decode server"
+RING_FIT_REFUSAL = "does not fit the verify window"
 DRAFT_TOKENS = 4
 
 
@@ -118,6 +118,14 @@ class Case:
     stock: str = "accepted"  # expected outcome: "accepted", or a substring of the refusal
     overlay: str = "accepted"
     pd_decode: bool = False  # the PD-decode pool builder instead of the hybrid one
+    ring_len: int = 16  # --linear-replayssm-cache-len (SGLang's default 16; the window is DRAFT_TOKENS)
+    overlay_ring: str | None = None  # the overlay's outcome on a circular-ring release, where not `overlay`
+
+    def expected(self, side: str, protocol: str) -> str:
+        """The expected outcome of `side` ("stock" or "overlay") on a release of `protocol` (fold, ring)."""
+        if side == "overlay" and protocol == "ring" and self.overlay_ring is not None:
+            return self.overlay_ring
+        return getattr(self, side)
 
     def flags(self) -> str:
         parts = [f"--speculative-algorithm {self.algorithm}"]
@@ -125,6 +133,8 @@ class Case:
             parts.append("--disaggregation-mode decode")
         if self.replayssm_spec:
             parts.append("--enable-linear-replayssm-spec")
+        if self.ring_len != 16:
+            parts.append(f"--linear-replayssm-cache-len {self.ring_len}")
         if self.algorithm == "DSPARK":
             parts.append(f"SGLANG_RAGGED_VERIFY_MODE={self.ragged_verify_mode}")
         return " ".join(parts)
@@ -153,8 +163,17 @@ CASES = (
     Case("KDA + DFLASH", "kimi-linear", "DFLASH"),
     Case("GDN + DFLASH, ReplaySSM off", "qwen3-next", "DFLASH", replayssm_spec=False),
     Case("Mamba2 (Falcon-H1) + DFLASH", "falcon-h1", "DFLASH", stock=KDA_REFUSAL, overlay=KDA_REFUSAL),
-    Case("PD decode: GDN + DFLASH", "qwen3-next", "DFLASH", pd_decode=True, overlay=PD_DECODE_REFUSAL),
-    Case("PD decode: GDN + DSPARK static", "qwen3-next", "DSPARK", pd_decode=True, overlay=PD_DECODE_REFUSAL),
+    # the window (4) against the GDN ReplaySSM ring: 0.5.19's fold window is sized to the window, whatever
+    # the ring length; the ring releases need a power of two of at least twice the window
+    Case("GDN + DFLASH, ring of 2N", "qwen3-next", "DFLASH", ring_len=2 * DRAFT_TOKENS, stock=KDA_REFUSAL),
+    Case("GDN + DFLASH, ring of N", "qwen3-next", "DFLASH", ring_len=DRAFT_TOKENS, stock=KDA_REFUSAL,
+         overlay_ring=RING_FIT_REFUSAL),
+    Case("GDN + DSPARK static, ring shorter than N", "qwen3-next", "DSPARK", ring_len=DRAFT_TOKENS // 2,
+         stock=KDA_REFUSAL, overlay_ring=RING_FIT_REFUSAL),
+    Case("PD decode: GDN + DFLASH", "qwen3-next", "DFLASH", pd_decode=True),
+    Case("PD decode: GDN + DSPARK static", "qwen3-next", "DSPARK", pd_decode=True),
+    Case("PD decode: GDN + DFLASH, ring of 12 (not a power of two)", "qwen3-next", "DFLASH", pd_decode=True,
+         ring_len=12, overlay_ring=RING_FIT_REFUSAL),
     Case(
         "PD decode: GDN + DSPARK compact",
         "qwen3-next",
@@ -179,6 +198,7 @@ def probe(case: Case, model: TinyGDN = TinyGDN()) -> dict:
         speculative_num_draft_tokens=DRAFT_TOKENS,
         speculative_eagle_topk=1,
         disaggregation_mode="decode" if case.pd_decode else "null",
+        linear_replayssm_cache_len=case.ring_len,
     ):
         configurator = build_configurator(hf_config(case.model, model))  # later releases read the config here
         try:

@@ -154,14 +154,16 @@ def _error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error} (at {frame.filename.rsplit('/sglang/', 1)[-1]}:{frame.lineno})"
 
 
-def run_cycle(scenario: Scenario, commit, *, model: TinyGDN = TinyGDN(), seed: int = 0) -> CycleResult:
+def run_cycle(scenario: Scenario, commit, *, model: TinyGDN = TinyGDN(), seed: int = 0, pool_builder=build_pool
+              ) -> CycleResult:
     """Verify, commit with `commit` (see `sglang_commit` / `hook_commit`), compare. Never raises for a
-    failing commit: the error is recorded in the result."""
+    failing commit: the error is recorded in the result. `pool_builder` makes the request pool (the PD-decode
+    pool: `harness.pd_decode`)."""
     started = time.monotonic()
     generator = torch.Generator().manual_seed(seed)
     bs, draft_tokens = len(scenario.commit_lens), scenario.draft_tokens
     total_slots = 2 * bs + 2  # active rows, their track slots, and spare slots that must stay untouched
-    pool = build_pool(model, slots=total_slots, draft_tokens=draft_tokens)
+    pool = pool_builder(model, slots=total_slots, draft_tokens=draft_tokens)
     slots, track_slots = place_batch(pool, total_slots, bs, scenario.padded_rows, scenario.tracked, generator)
     weights = random_weights(model, generator)
     window = random_window(model, bs, draft_tokens, generator)

@@ -163,6 +163,14 @@ def main(argv=None) -> int:
     if args.part in ("all", "configurator"):
         report["configurator"] = probe_configurator(progress, model)
     report["protocol"] = pool_protocol()
+    if args.part in ("all", "cycle"):
+        from harness.cycle import sglang_commit
+        from harness.pd_decode import run_pd_decode_cycles
+
+        progress("commit cycle on the PD-decode pool (--disaggregation-mode decode)")
+        report["pd_decode_cycle"] = run_pd_decode_cycles(
+            report["protocol"], sglang_commit, model=None if report["protocol"] == "ring" else model,
+            seed=args.seed, first_only=args.ring_scenarios == "first")
     if args.part in ("all", "cycle") and report["protocol"] == "ring":
         from harness.ring_cycle import RING_ERROR_BOUND, RING_MODEL
 

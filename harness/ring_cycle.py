@@ -28,8 +28,10 @@ from harness.recurrence import place_batch, random_weights, random_window
 
 #: The tiny GDN for the ring: SGLang's ring verify needs K >= 32 (two 16-wide tl.dot halves).
 RING_MODEL = TinyGDN(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=32)
-#: Documented bound on the ring's relative RMS distance from the token-by-token recurrence, any step.
-#: Measured on CPU (interpreter, IEEE fp32 dots): see notes/perf.md; the H200 with TF32 dots: ~3e-4 at 40 steps.
+#: Documented bound on the ring's relative RMS distance from the token-by-token recurrence, any step; `status`
+#: states it (`replayssm_overlay.exactness.RING_ERROR_BOUND`, held equal by tests/releases; the harness runs
+#: without the overlay importable too). Measured on CPU (interpreter, IEEE fp32 dots): see notes/perf.md; the
+#: H200 with TF32 dots: ~3e-4 at 40 steps.
 RING_ERROR_BOUND = 1e-3
 
 
@@ -126,14 +128,16 @@ def _relative_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float((actual.double() - expected.double()).norm() / expected.double().norm())
 
 
-def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODEL, seed: int = 0) -> RingResult:
+def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODEL, seed: int = 0,
+                   pool_builder=build_pool) -> RingResult:
     """Run the scenario's steps, committing with `commit(worker, batch, pre, post, commit_lens)` (see
-    `harness.cycle.sglang_commit` / `hook_commit`). A failing commit is recorded, never raised."""
+    `harness.cycle.sglang_commit` / `hook_commit`). A failing commit is recorded, never raised.
+    `pool_builder` makes the request pool (the PD-decode pool: `harness.pd_decode`)."""
     started = time.monotonic()
     generator = torch.Generator().manual_seed(seed)
     bs, draft_tokens = len(scenario.schedule[0]), scenario.draft_tokens
     total_slots = 2 * bs + 2
-    pool = build_pool(model, slots=total_slots, draft_tokens=draft_tokens, ring_len=scenario.ring_len)
+    pool = pool_builder(model, slots=total_slots, draft_tokens=draft_tokens, ring_len=scenario.ring_len)
     result = RingResult(
         scenario=scenario.name,
         algorithm=scenario.algorithm,

@@ -37,7 +37,7 @@ def ring_rows(stock: list, patched: list) -> list:
 
 def summarize(reports: dict, seconds: float) -> dict:
     stock, patched = reports["stock"], reports["patched"]
-    configurator = verdict.configurator_rows(stock["configurator"], patched["configurator"])
+    configurator = verdict.configurator_rows(stock["configurator"], patched["configurator"], "ring")
     ring = ring_rows(stock["ring_cycle"], patched["ring_cycle"])
     stock_errors = sorted({r["error"] for r in stock["ring_cycle"] if r["error"]})
     return {

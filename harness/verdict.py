@@ -6,9 +6,10 @@ from harness.cycle import SCENARIOS
 STOCK_COMMIT_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
 
 
-def configurator_rows(stock: list, patched: list) -> list:
+def configurator_rows(stock: list, patched: list, protocol: str = "fold") -> list:
     rows = []
     for case, before, after in zip(CASES, stock, patched):
+        expected = case.expected("overlay", protocol)
         rows.append(
             {
                 "case": case.name,
@@ -16,8 +17,8 @@ def configurator_rows(stock: list, patched: list) -> list:
                 "stock": before,
                 "patched": after,
                 "expected_stock": case.stock,
-                "expected_patched": case.overlay,
-                "ok": matches(case.stock, before) and matches(case.overlay, after),
+                "expected_patched": expected,
+                "ok": matches(case.stock, before) and matches(expected, after),
             }
         )
     return rows

@@ -84,10 +84,10 @@ def warm_before_serving(configurator) -> dict | None:
     (once per layout); returns the outcome (None where the fold is the overlay's), logged either way."""
     from replayssm_overlay import fold
 
+    if not _has_raw_window_fold():  # before the fold is chosen: none is, where none commits
+        return _said("not-needed", "this SGLang's GDN pools are rings, committed by the release's MTP commit")
     if fold.chosen()[0] != "sglang":
         return None
-    if not _has_raw_window_fold():
-        return _said("not-needed", "this SGLang's GDN pools are rings, committed by the release's MTP commit")
     try:
         layout = PoolLayout.of_configurator(configurator)
     except Exception as err:  # a configurator of another shape: the first commit compiles, as in stock
@@ -105,26 +105,13 @@ def warm_before_serving(configurator) -> dict | None:
     return _warmed[layout]
 
 
-KERNEL_PACKAGES = ("kernels/ops/attention/linear", "kernels/ops/attention/fla")  # 0.5.23's layout, the earlier one
-RING_COMMIT = ("gdn_replayssm_spec_decode.py", "def commit_gdn_replayssm_circular(")  # what a ring pool commits with
-FOLD_COMMIT = ("gdn_replayssm_spec_fold.py", "def commit_gdn_replayssm_fold_after_verify(")  # fold.sglang_commit's
-
-
 def _has_raw_window_fold() -> bool:
     """Whether the installed SGLang builds raw-window fold pools (0.5.19), whose commit `fold.sglang_commit`
-    calls: its kernel files define that commit and not the circular ring's (0.5.20 to 0.5.22 keep the former
-    beside the ring, which their pools use). Read from the files, without importing them."""
-    import importlib.util
-    from pathlib import Path
+    calls, not circular rings (0.5.20 on, which keep the former commit beside the ring's): read from its
+    files (`replayssm_overlay.protocol`), without importing them."""
+    from replayssm_overlay import protocol
 
-    spec = importlib.util.find_spec("sglang")
-    roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
-
-    def defines(module: tuple) -> bool:
-        files = (root / package / module[0] for root in roots for package in KERNEL_PACKAGES)
-        return any(f.is_file() and module[1] in f.read_text(encoding="utf-8") for f in files)
-
-    return not defines(RING_COMMIT) and defines(FOLD_COMMIT)
+    return protocol.installed() == protocol.FOLD
 
 
 def _said(outcome: str, detail: str) -> dict:

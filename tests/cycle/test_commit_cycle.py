@@ -34,6 +34,22 @@ def test_committed_state_equals_token_by_token_decode(scenario):
     assert result.checks and all(result.checks.values()), result.checks
 
 
+@pytest.mark.parametrize("ring_len", [2, 4])
+def test_the_fold_window_is_the_verify_window_whatever_the_ring_length(ring_len):
+    """0.5.19 is not concerned by the ring-fit rule of the ring releases (`hooks/ring_fit.py`): its GDN
+    fold pool sizes the raw window to the verify window N, not to `--linear-replayssm-cache-len` L, and the
+    commit stays bitwise with L < N."""
+    scenario = next(s for s in SCENARIOS if s.tracked and s.algorithm == "DFLASH")  # N = 6, track slots
+
+    def short_ring(model, *, slots, draft_tokens):
+        pool = build_pool(model, slots=slots, draft_tokens=draft_tokens, ring_len=ring_len)
+        assert pool.get_speculative_mamba2_params_all_layers().replayssm_rawk.shape[3] == draft_tokens > ring_len
+        return pool
+
+    result = run_cycle(scenario, hook_commit(scenario.algorithm), seed=3, pool_builder=short_ring)
+    assert result.committed and result.checks and all(result.checks.values()), result.checks
+
+
 def test_the_comparison_catches_a_commit_one_token_short():
     """Negative control: folding one accepted token fewer must not pass as bitwise equal."""
     scenario = Scenario("all accepted", "DFLASH", 4, (4, 4, 4))

@@ -8,8 +8,9 @@ the commit crashes) and after the overlay's patcher applied it (bitwise equal to
 
 import pytest
 
-from harness import sandbox
+from harness import pd_decode, sandbox
 from harness.cycle import SCENARIOS
+from replayssm_overlay import protocol
 
 STOCK_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
 
@@ -25,6 +26,24 @@ def test_scenario(reports, index):
     assert stock["scenario"] == patched["scenario"] == SCENARIOS[index].name
     assert not stock["committed"] and stock["error"].startswith(STOCK_CRASH), stock
     assert patched["committed"] and patched["bitwise_equal"], patched
+
+
+def test_the_pd_decode_pool_commits_bitwise_patched_and_crashes_stock(reports):
+    """A `--disaggregation-mode decode` server's pool (`_build_hybrid_mamba_decode_req_pool`, real): stock
+    builds it and crashes at the first commit; patched, the builder admits it (self-check included) and
+    every scenario commits bitwise equal to token-by-token decode (`harness.pd_decode`)."""
+    stock, patched = reports["stock"]["pd_decode_cycle"], reports["patched"]["pd_decode_cycle"]
+    assert {r["algorithm"] for r in stock} == {"DFLASH", "DSPARK"}
+    assert all(not r["committed"] and r["error"].startswith(STOCK_CRASH) for r in stock), stock
+    assert [(r["scenario"], r["algorithm"]) for r in patched] == list(pd_decode.FOLD_SCENARIOS)
+    assert all(r["committed"] and r["bitwise_equal"] for r in patched), patched
+    assert any(r["checks"]["track slots == decode at track step"] and max(r["track_steps"]) >= 0 for r in patched)
+
+
+def test_the_protocol_read_from_the_tree_is_the_pool_sglang_builds(reports):
+    """`replayssm_overlay.protocol` (the configurator's and status's answer) agrees with the pool 0.5.19
+    builds (`harness.probe.pool_protocol`); the ring releases in tests/releases."""
+    assert protocol.of_tree(sandbox.installed_sglang()) == reports["stock"]["protocol"] == protocol.FOLD
 
 
 def test_patched_dflash_commits_the_track_step(reports):

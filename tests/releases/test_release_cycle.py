@@ -18,10 +18,11 @@ import concurrent.futures
 
 import pytest
 
-from harness import sandbox
+from harness import pd_decode, sandbox
 from harness.configurator_probe import CASES, matches
 from harness.release_trees import OTHER_RELEASES
 from harness.ring_cycle import RING_ERROR_BOUND, RING_SCENARIOS
+from replayssm_overlay import protocol
 
 STOCK_CRASH = "'NoneType' object has no attribute 'device'"
 
@@ -43,10 +44,11 @@ def test_the_patcher_identifies_the_release(reports, release):
 
 @pytest.mark.parametrize("release", OTHER_RELEASES)
 def test_configurator_stock_refuses_and_the_overlay_rule_holds(reports, release):
-    for part, expected in (("stock", "stock"), ("patched", "overlay")):
+    for part, side in (("stock", "stock"), ("patched", "overlay")):
         results = {r["case"]: r for r in reports[release][part]["configurator"]}
         for case in CASES:
-            assert matches(getattr(case, expected), results[case.name]), (part, case.name, results[case.name])
+            expected = case.expected(side, "ring")
+            assert matches(expected, results[case.name]), (part, case.name, results[case.name])
     accepted_gdn = [
         r for r in reports[release]["patched"]["configurator"] if r["outcome"] == "accepted" and "GDN" in r["case"]
     ]
@@ -73,6 +75,27 @@ def test_patched_commits_are_sglangs_mtp_commit_bitwise_at_every_step(reports, r
     for result in results:
         assert result["error"] is None and result["committed_steps"] == result["steps"], result
         assert result["bitwise_equal_to_mtp"] and not result["mismatched_tensors"], result
+
+
+@pytest.mark.parametrize("release", OTHER_RELEASES)
+def test_the_pd_decode_pool_commits_as_mtp_patched_and_crashes_stock(reports, release):
+    """A `--disaggregation-mode decode` server's pool, built by the release's own
+    `_build_hybrid_mamba_decode_req_pool`: stock crashes at the first commit; patched, every step is bitwise
+    SGLang's MTP commit on that pool (`harness.pd_decode`)."""
+    stock, patched = reports[release]["stock"]["pd_decode_cycle"], reports[release]["patched"]["pd_decode_cycle"]
+    assert {r["algorithm"] for r in stock} == {"DFLASH", "DSPARK"}
+    assert all(r["committed_steps"] == 0 and STOCK_CRASH in r["error"] for r in stock), stock
+    assert [(r["scenario"], r["algorithm"]) for r in patched] == list(pd_decode.RING_SCENARIOS)
+    for result in patched:
+        assert result["error"] is None and result["bitwise_equal_to_mtp"], result
+        assert max(result["relative_rms"]) <= RING_ERROR_BOUND
+
+
+@pytest.mark.parametrize("release", OTHER_RELEASES)
+def test_the_protocol_read_from_the_tree_is_the_pool_sglang_builds(reports, release, tree_of):
+    """`replayssm_overlay.protocol` (the configurator's and status's answer, read from the files) agrees
+    with the pool the release's own code builds (`harness.probe.pool_protocol`); 0.5.19 in tests/cycle."""
+    assert protocol.of_tree(tree_of(release)) == reports[release]["stock"]["protocol"] == protocol.RING
 
 
 @pytest.mark.parametrize("release", OTHER_RELEASES)

@@ -11,10 +11,13 @@ to be raised, and the answer (the same on every release) is:
   variable, because GDN's verify kernels only take the dense `[bs, N]` window;
 - anything else (no GDN model, another algorithm): keep SGLang's own error.
 
-Before lifting it, the node checks the fold it will commit with (`replayssm_overlay.selfcheck`: bitwise
-against SGLang's recurrence on a random window, or SGLang's fold for a non-fp32 state), and where that fold
-is SGLang's, compiles it (`replayssm_overlay.sglang_warmup`). The commit path
-is imported here, so an overlay whose commit cannot import never lifts the refusal (`hooks/__init__.py`).
+Before lifting it, on SGLang 0.5.19 (the raw-window fold, `replayssm_overlay.protocol`) the node checks
+the fold it will commit with (`replayssm_overlay.selfcheck`: bitwise against SGLang's recurrence on a
+random window, or SGLang's fold for a non-fp32 state), and where that fold is SGLang's, compiles it
+(`replayssm_overlay.sglang_warmup`); on the circular-ring releases (0.5.20 to 0.5.23) the commit is SGLang's
+own MTP commit, so nothing of the overlay's is checked, and the verify window must fit the ring
+(`hooks/ring_fit.py`: refused otherwise, naming both flags). The commit path is imported here, so an overlay
+whose commit cannot import never lifts the refusal (`hooks/__init__.py`).
 
 SGLang is imported lazily: this module is loaded on SGLang's start-up path.
 """
@@ -71,17 +74,29 @@ def keep_kda_only_guard(configurator) -> bool:
     algorithm = speculative_algorithm()
     if algorithm not in ("DFLASH", "DSPARK"):
         return True
+    admit(configurator, algorithm, model_config)
+    return False
+
+
+def admit(configurator, algorithm: str, model_config) -> None:
+    """What the overlay requires before it serves DFLASH/DSPARK on this hybrid GDN model's pool (an
+    OverlayError names the fix), then the node's self-check and one INFO line. Every pool builder the
+    overlay serves calls it (the hybrid pool's guard, the PD-decode pool: `hooks/unserved_pools.py`)."""
     if algorithm == "DSPARK":
         require_static_ragged_verify()
-    from replayssm_overlay import selfcheck, sglang_warmup
+    from replayssm_overlay import protocol, selfcheck, sglang_warmup
 
-    selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator))
+    installed = protocol.installed()
+    if installed == protocol.RING:
+        from replayssm_overlay.hooks.ring_fit import require_ring_fit
+
+        require_ring_fit(algorithm)
+    record = selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator), protocol_name=installed)
     sglang_warmup.warm_before_serving(configurator)  # where SGLang's fold commits: compiled now, not at a request
     logger.info(
-        "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; "
-        "the overlay commits the accepted prefix (raw-window fold; on a circular-ring pool, SGLang's MTP "
-        "commit)",
+        "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; %s commits "
+        "the accepted prefix",
         algorithm,
         type(model_config).__name__,
+        record["commit"],
     )
-    return False

@@ -1,23 +1,25 @@
-"""Startup refusals for the pool builders that stock SGLang 0.5.19 runs without its KDA-only guard.
+"""The pool builders that stock SGLang runs without its KDA-only guard: served, or refused at startup.
 
 Only `KVCacheConfigurator._build_hybrid_req_pool` refuses DFLASH/DSPARK with `--enable-linear-replayssm-spec`
 on a non-KDA model. Two other builders make the request pool of a hybrid GDN model without asking:
 
-- `_build_hybrid_mamba_decode_req_pool`, on a PD-disaggregation decode server: it builds a GDN ReplaySSM
-  fold pool, and the overlay's commit would take over there. The overlay has not proven that commit
-  (the decode pool's slots are filled from a prefill server's transferred state; the CPU cycle test
-  covers the non-disaggregated pool only), so it refuses; a DSPARK server in a non-static ragged mode
-  is first told the static-only rule, which holds on every path.
+- `_build_hybrid_mamba_decode_req_pool`, on a PD-disaggregation decode server: it builds the same GDN
+  ReplaySSM pool by the same `_init_mamba_pool` (a `HybridMambaDecodeReqToTokenPool`), and stock SGLang
+  crashes at its first DFLASH/DSPARK commit. The overlay serves it under the rules of the hybrid pool
+  (`hooks.configurator.admit`: DSPARK static only, the verify window fitting the ring on 0.5.20 to 0.5.23,
+  the node's self-check): the commit cycle on that very pool, built by each release's own builder, is
+  bitwise equal to token-by-token decode on 0.5.19 and to the release's MTP commit on 0.5.20 to 0.5.23
+  (`harness.pd_decode`, tests/cycle, tests/releases).
 - `_init_unified_mamba_pools` (`--enable-unified-memory`): SGLang's unified mamba pool turns ReplaySSM
   off without a word (its pool reports `replayssm_spec_fold = False` and keeps per-step snapshots), so
-  the flag would have no effect; the overlay refuses and says so.
+  the flag would have no effect; the overlay refuses at startup and says so, naming the fix (a DSPARK
+  server in a non-static ragged mode is first told the static-only rule, which holds on every path).
 
-Both are refused at startup, naming the fix. Any other model or configuration returns and SGLang's code
-runs unchanged. SGLang is imported lazily.
+Any other model or configuration returns and SGLang's code runs unchanged. SGLang is imported lazily.
 """
 
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.hooks.configurator import gdn_config, require_static_ragged_verify, speculative_algorithm
+from replayssm_overlay.hooks.configurator import admit, gdn_config, require_static_ragged_verify, speculative_algorithm
 
 BUILDERS = ("pd_decode", "unified_memory")
 SPEC_FLAG = "--enable-linear-replayssm-spec"
@@ -35,21 +37,17 @@ def refuse_unserved_pool(configurator, builder: str) -> None:
             f"replayssm-overlay: unknown pool builder {builder!r} (known: {', '.join(BUILDERS)})",
             "the patched SGLang file and the installed overlay disagree: run `replayssm-overlay verify`",
         )
-    if not _replayssm_spec_enabled() or gdn_config(configurator) is None:
+    model_config = gdn_config(configurator) if _replayssm_spec_enabled() else None
+    if model_config is None:
         return
     algorithm = speculative_algorithm()
     if algorithm not in ("DFLASH", "DSPARK"):
         return
+    if builder == "pd_decode":
+        admit(configurator, algorithm, model_config)
+        return
     if algorithm == "DSPARK":
         require_static_ragged_verify()
-    if builder == "pd_decode":
-        raise OverlayError(
-            f"{algorithm} with {SPEC_FLAG} on a hybrid GDN model is not served on a PD-disaggregation "
-            "decode server (--disaggregation-mode decode): the overlay's commit is proven for the "
-            "non-disaggregated pool only, and stock SGLang would crash at the first commit",
-            f"drop {SPEC_FLAG} on this decode server (SGLang's own per-step snapshot commit runs), or "
-            "serve without PD disaggregation",
-        )
     raise OverlayError(
         f"{algorithm} with {SPEC_FLAG} on a hybrid GDN model and --enable-unified-memory: SGLang's "
         "unified mamba pool turns ReplaySSM spec-verify off without saying so, so the flag would have no "
