@@ -17,7 +17,7 @@ import argparse
 import sys
 
 import replayssm_overlay
-from replayssm_overlay import fold, patcher, records, selfcheck
+from replayssm_overlay import exactness, fold, patcher, protocol, records, selfcheck
 from replayssm_overlay.aot.cli import add_build
 from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
 from replayssm_overlay.errors import OverlayError, from_os_error
@@ -56,13 +56,30 @@ JSON (--json), schema 1:
   manifest_path     where the manifest is (or would be)
   manifest          the manifest's content, or null
   manifest_problem  why the manifest could not be read, or null
-  kernels           replayssm_overlay.fold.describe(): the fold kernel in use
+  protocol          fold (0.5.19: the raw-window fold commits) | ring (0.5.20 to
+                    0.5.23: SGLang's own MTP commit commits) | null (neither),
+                    read from the tree's GDN ReplaySSM kernel files
+  kernels           replayssm_overlay.fold.describe(): the fold kernel this
+                    node would commit with (none commits on a ring release:
+                    see exactness.commit)
+  exactness         what commits and what its state is bitwise equal to, from
+                    the protocol and the newest live serving process's record
+                    (state and ring dtype, fold in use): protocol, commit,
+                    bitwise_equal_to (replayssm-off-state | sglang-mtp-commit |
+                    null: no bitwise claim), statement, caveats[]
   selfcheck[]       one per serving process that ran the check before serving
                     (newest first; records in $RSO_STATE_DIR, default
-                    <tmp>/replayssm-overlay): pid, alive, time, outcome (passed
-                    | mismatch | error | not-covered | sglang-fold), detail,
-                    seed, geometry, fold (the fold it commits with after the
-                    check), seconds, path; or problem (an unreadable record)
+                    <tmp>/replayssm-overlay; each names its process by PID,
+                    start time, PID namespace and boot): pid, alive (true only
+                    where this process can tell it runs), liveness (alive |
+                    dead | unknown: another PID namespace, an older record),
+                    liveness_detail, time, outcome (passed | mismatch | error |
+                    not-covered | sglang-fold | ring-commit: nothing checked,
+                    SGLang's MTP commit commits), detail, seed, geometry,
+                    protocol, fold (the fold it commits with after the check),
+                    commit, exactness, seconds, staging_seconds (the CUDA
+                    kernel's pinned staging grid), path; or problem (an
+                    unreadable record)
   files[]           one per target file: relpath, path, state (pristine |
                     patched | unknown | missing), sha256 (now, or null),
                     pristine_sha256 (the base, if it can be restored exactly),
@@ -249,10 +266,14 @@ def _diff(args) -> int:
 
 
 def _status(args) -> int:
-    result = patcher.status(_target(args))
+    target = _target(args)
+    result = patcher.status(target)
+    result["protocol"] = protocol.of_tree(target)
     result["kernels"] = fold.describe()
     result["selfcheck"] = selfcheck.read_records()
-    kernels = ", ".join(f"{k}={v}" for k, v in result["kernels"].items())
+    result["exactness"] = _exactness(result)
+    kernels = ("(not used on this release) " if result["protocol"] == protocol.RING else "") + ", ".join(
+        f"{k}={v}" for k, v in result["kernels"].items())
     rows = [("FILE", "STATE", "RELEASE", "SHA256")] + [
         (
             f["relpath"],
@@ -271,6 +292,8 @@ def _status(args) -> int:
         f"manifest: {result['manifest_path']}"
         + ("" if result["manifest"] else f" ({result['manifest_problem'] or 'absent'})")
         + f"\nkernels:  {kernels}"
+        + f"\ncommit:   {result['exactness']['commit']}: {result['exactness']['statement']}"
+        + "".join(f"\ncaveat:   {caveat}" for caveat in result["exactness"]["caveats"])
         + "".join(f"\nleftover: {path} (a temp file of a killed run; apply or revert removes it)"
                   for path in result["leftovers"])
         + (f"\nlocked:   a patcher run holds the lock now: {result['locked_by']}" if result["locked_by"] else "")
@@ -281,6 +304,20 @@ def _status(args) -> int:
     return EXIT_OK
 
 
+def _exactness(result: dict) -> dict:
+    """`exactness.describe` for this tree's protocol and the newest live serving process's pool (its
+    self-check record), else the fold this process would choose."""
+    live = next((r for r in result["selfcheck"] if r.get("alive") and isinstance(r.get("geometry"), dict)), None)
+    if live is None:
+        return exactness.describe(result["protocol"], fold=result["kernels"].get("fold"))
+    return exactness.describe(result["protocol"], fold=(live.get("fold") or {}).get("fold"),
+                              state_dtype=live["geometry"].get("state_dtype"),
+                              ring_dtype=live["geometry"].get("ring_dtype"))
+
+
+_LIVENESS = {records.ALIVE: "running", records.DEAD: "exited"}
+
+
 def _selfcheck_lines(entries: list) -> str:
     if not entries:
         return f"selfcheck: no serving process has run it (records in {records.record_dir()})\n"
@@ -289,8 +326,9 @@ def _selfcheck_lines(entries: list) -> str:
         if "problem" in r:
             lines.append(f"selfcheck: {r['path']}: {r['problem']}")
         else:
-            state = "running" if r["alive"] else "exited"
-            lines.append(f"selfcheck: pid {r['pid']} ({state}): {r['outcome']}, fold {r['fold']['fold']}: {r['detail']}")
+            state = _LIVENESS.get(r["liveness"]) or f"{r['liveness']}: {r['liveness_detail']}"
+            fold_used = (r.get("fold") or {}).get("fold", "-")
+            lines.append(f"selfcheck: pid {r['pid']} ({state}): {r['outcome']}, fold {fold_used}: {r['detail']}")
     return "\n".join(lines) + "\n"
 
 
