@@ -44,7 +44,7 @@ def run_case(case: str) -> dict:
     import torch
 
     from benchmarks.fold_cases import sglang_module
-    from replayssm_overlay import fold, selfcheck
+    from replayssm_overlay import fold, protocol, selfcheck
     from replayssm_overlay.kernels import gdn_fold, launch
 
     sglang_module("fla.fused_sigmoid_gating_recurrent")  # registered under its full name for selfcheck
@@ -64,7 +64,7 @@ def run_case(case: str) -> dict:
                                   state_dtype="float32", ring_dtype="bfloat16")
     torch.cuda.synchronize()
     start = time.perf_counter()
-    record = selfcheck.check_before_serving(geometry)
+    record = selfcheck.check_before_serving(geometry, protocol_name=protocol.FOLD)  # 0.5.19's, whatever is here
     torch.cuda.synchronize()
     return {"case": case, "outcome": record["outcome"], "detail": record["detail"], "fold": fold.describe(),
             "seconds": round(time.perf_counter() - start, 3), "staging_seconds": record.get("staging_seconds"),

@@ -54,6 +54,9 @@ def installed() -> str | None:
     module = sys.modules.get("sglang")
     locations = list(getattr(module, "__path__", None) or [])
     if not locations:
-        spec = importlib.util.find_spec("sglang")
+        try:
+            spec = importlib.util.find_spec("sglang")
+        except (ImportError, ValueError):  # a stand-in `sglang` module without a spec (GPU benchmarks)
+            spec = None
         locations = list(spec.submodule_search_locations or []) if spec is not None else []
     return of_tree(Path(locations[0]).resolve()) if locations else None

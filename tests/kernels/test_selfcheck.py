@@ -27,12 +27,14 @@ SMALL = selfcheck.Geometry(num_v_heads=2, num_k_heads=1, head_v_dim=32, head_k_d
 @pytest.fixture(autouse=True)
 def overlay_fold(monkeypatch, tmp_path):
     """A fresh fold decision in RSO_FOLD=triton mode (the overlay's Triton kernel: the interpreter on the
-    CPU), records in the test's tmp, SGLang's recurrence importable on a GPU machine without sglang."""
+    CPU), records in the test's tmp, the raw-window fold's protocol (0.5.19's), SGLang's recurrence importable
+    on a GPU machine without sglang."""
     monkeypatch.setattr(fold, "_choice", None)
     monkeypatch.setattr(selfcheck, "_checked", {})
     monkeypatch.setenv(fold.ENV_FOLD, "triton")
     monkeypatch.setenv("RSO_KERNEL_DIR", str(tmp_path / "no-kernels"))
     monkeypatch.setenv(records.ENV_DIR, str(tmp_path / "state"))
+    monkeypatch.setattr(protocol, "installed", lambda: protocol.FOLD)  # the fold's check, whatever SGLang is here
     if torch.cuda.is_available():
         from benchmarks.fold_cases import sglang_module
 
