@@ -38,7 +38,8 @@ def measure(draft_tokens: int, ring_len: int, *, steps: int = STEPS, seed: int =
                             ((draft_tokens, max(1, draft_tokens // 2)),) * steps, ring_len=ring_len)
     result = run_ring_cycle(scenario, commit, seed=seed).to_dict()
     return {"draft_tokens": draft_tokens, "ring_len": ring_len, "fit": fit_class(draft_tokens, ring_len),
-            "steps": result["committed_steps"], "error": result["error"], "max_relative_rms": result["max_relative_rms"]}
+            "steps": result["committed_steps"], "error": result["error"],
+            "max_relative_rms": result["max_relative_rms"]}
 
 
 def main(argv=None) -> int:

@@ -39,8 +39,8 @@ def describe(protocol: str | None, *, fold: str | None = None, state_dtype: str 
                       "relative RMS of the decode recurrence run token by token (not bitwise); the overlay's fold "
                       "kernels are not used", [])
     if protocol != FOLD:
-        return _claim(protocol, "unknown", None, "not a release whose GDN ReplaySSM protocol the overlay knows: no claim",
-                      [])
+        return _claim(protocol, "unknown", None,
+                      "not a release whose GDN ReplaySSM protocol the overlay knows: no claim", [])
     caveats = [TRACK_CAVEAT, _rounding_caveat(ring_dtype)]
     if state_dtype not in (None, "float32"):
         return _claim(FOLD, "SGLang's fold (commit_gdn_replayssm_fold_after_verify)", None,

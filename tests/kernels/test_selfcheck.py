@@ -299,7 +299,8 @@ def test_gpu_a_fault_only_in_the_staging_path_is_caught(monkeypatch):
     (one item per block) commits right, the staging grid does not, and the check says so."""
     source = nvrtc.SOURCE.read_text()
     assert source.count(NEXT_ITEM_NORMALIZED) == 1
-    planted = source.replace(NEXT_ITEM_NORMALIZED, NEXT_ITEM_NORMALIZED.replace("(has_next)", "(has_next && a.batch < 0)"))
+    never = NEXT_ITEM_NORMALIZED.replace("(has_next)", "(has_next && a.batch < 0)")
+    planted = source.replace(NEXT_ITEM_NORMALIZED, never)
     kernels = _cuda_kernel_chosen(monkeypatch, planted)
     device = torch.device("cuda", torch.cuda.current_device())
     window = selfcheck._verified_window(GPU_TARGET, device, 19)
