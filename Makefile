@@ -23,11 +23,14 @@ setup: ## install system packages (as root) and build .venv with the real SGLang
 	@bash scripts/setup-system.sh
 	@bash scripts/setup-venv.sh
 
-demo: setup ## main job: stock 0.5.19 refusing, the overlay accepting, a bitwise-exact commit on CPU (SGLANG_RELEASE=0.5.2X: that release)
-	$(PY) -m harness.demo $(if $(SGLANG_RELEASE),--release $(SGLANG_RELEASE))
+# the release the demo runs on (both demo targets): SGLANG_RELEASE=0.5.2X, else harness.demo's default (0.5.19)
+DEMO_RELEASE = $(if $(SGLANG_RELEASE),--release $(SGLANG_RELEASE))
 
-demo-json: setup ## main job with the full result as JSON on stdout (only JSON there; progress on stderr)
-	@$(PY) -m harness.demo --json
+demo: setup ## main job: stock 0.5.19 refusing, the overlay accepting, a bitwise-exact commit on CPU (SGLANG_RELEASE=0.5.2X: that release)
+	$(PY) -m harness.demo $(DEMO_RELEASE)
+
+demo-json: setup ## main job with the full result as JSON on stdout (only JSON there; progress on stderr; SGLANG_RELEASE= as demo)
+	@$(PY) -m harness.demo $(DEMO_RELEASE) --json
 
 test: setup ## run all tests: needs root, ~15-20 min, starts Docker daemons and test hosts (README)
 	bash scripts/run-tests.sh
