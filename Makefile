@@ -30,7 +30,7 @@ setup-demo: ## what make demo needs: Python's venv package (as root; no Docker) 
 # the release both demo targets run on: SGLANG_RELEASE=0.5.2X (default: docker/base.lock's, via docker/docker.mk)
 DEMO_RELEASE = $(if $(SGLANG_RELEASE),--release $(SGLANG_RELEASE))
 
-demo: setup-demo ## main job: stock 0.5.19 refusing, the overlay accepting, a bitwise-exact commit on CPU (SGLANG_RELEASE=0.5.2X: that release)
+demo: setup-demo ## main job: stock refusing, the overlay accepting, a bitwise commit on CPU (SGLANG_RELEASE=0.5.2X)
 	$(PY) -m harness.demo $(DEMO_RELEASE)
 
 demo-json: setup-demo ## main job as JSON, only JSON on stdout (progress on stderr; SGLANG_RELEASE= as demo)

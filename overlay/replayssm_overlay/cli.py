@@ -7,9 +7,10 @@ It composes the parts that do not know each other: `status` is the patcher's rep
 
 Exit codes: 0 ok; 1 a check failed (`verify`; `status` of a partially patched tree; `revert` that could
 not restore every file); 2 usage error, environment error, refusal, or an `apply`/`revert` stopped by
-SIGINT/SIGTERM and rolled back (nothing was changed). `-v` adds a refusal's evidence (`detail`). Every subcommand takes `--json` (one JSON
-object on stdout) and `--sglang-dir`. A refusal (`OverlayError`) or a failed file operation (`OSError`,
-turned into one by `errors.from_os_error`) is one message naming the path and the fix, never a traceback.
+SIGINT/SIGTERM and rolled back (nothing was changed). `-v` adds a refusal's evidence (`detail`). Every
+subcommand takes `--json` (one JSON object on stdout) and `--sglang-dir`. A refusal (`OverlayError`) or a
+failed file operation (`OSError`, turned into one by `errors.from_os_error`) is one message naming the
+path and the fix, never a traceback.
 `build_parser()` builds the whole parser so that other command groups can be added to it: a subcommand
 is a subparser whose defaults carry `handler=callable(args) -> exit code`.
 """

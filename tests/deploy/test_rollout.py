@@ -1,14 +1,14 @@
-"""Real Ansible over SSH into three test nodes, each with its own Docker daemon, rolling out the
-stand-in server image (tests/deploy/standin_image.py) with deploy/playbooks.
+"""Real Ansible over SSH into three test nodes, each with its own Docker daemon, rolling out the stand-in
+server image (tests/deploy/standin_image.py) with deploy/playbooks.
 
 The tests run in file order and build on each other (one fleet per session): a clean rollout, a rerun
 that changes nothing, a preflight failure that stops before any restart, a node whose new container is
-unhealthy (rolled back, no later batch touched), an on-demand rollback (also one interrupted between
-the renames of its exchange), an image ID mismatch after
-loading a tarball, the status report, a new container that exits (the wait stops at once, its log is
-kept), a distribute whose copy dies half-way on one node (every staged tarball and partial copy removed), and a node whose Docker daemon
-is killed during its batch (the last good container stays the rollback target through the rerun and
-the rollback, and a rollback that stops names the nodes it did not reach).
+unhealthy (rolled back, no later batch touched), an on-demand rollback (also one interrupted between the
+renames of its exchange), an image ID mismatch after loading a tarball, the status report, a new
+container that exits (the wait stops at once, its log is kept), a distribute whose copy dies half-way on
+one node (every staged tarball and partial copy removed), and a node whose Docker daemon is killed during
+its batch (the last good container stays the rollback target through the rerun and the rollback, and a
+rollback that stops names the nodes it did not reach).
 """
 
 from __future__ import annotations

@@ -111,6 +111,19 @@ def assert_rolled_back_or_complete(run, signum, verb: str, before: dict, after: 
         assert f"{name} arrived during the last step" in run.stdout and now == after, run.stdout
 
 
+def stop_and_rerun(tree, target, point, signum, before, after, pristine_files, patched_bytes) -> bool:
+    """Run `target` (the CLI's argv) stopped by `signum` at `point`, check what it left, then run it again
+    to the end (it must succeed); whether the stopped run rolled back."""
+    run = signalled(point, signum, *target)
+    assert_invariant(tree, pristine_files, patched_bytes)
+    if signum == signal.SIGKILL:
+        assert run.returncode == -signal.SIGKILL, (point, run.stderr)
+    else:
+        assert_rolled_back_or_complete(run, signum, target[0], before, after, files_under(tree.parent))
+    assert main(list(target)) == 0, point  # a rerun finishes the job exactly (its output: pytest's capture)
+    return signum != signal.SIGKILL and run.returncode == 2
+
+
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_an_apply_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
         sglang_tree, pristine_files, patched_bytes, signum, capsys):
@@ -121,14 +134,7 @@ def test_an_apply_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
     assert main(["revert", "--sglang-dir", str(sglang_tree)]) == 0 and files_under(site) == before
     rolled_back = 0
     for point in every_point(count):
-        run = signalled(point, signum, *target)
-        assert_invariant(sglang_tree, pristine_files, patched_bytes)
-        if signum == signal.SIGKILL:
-            assert run.returncode == -signal.SIGKILL, (point, run.stderr)
-        else:
-            assert_rolled_back_or_complete(run, signum, "apply", before, after, files_under(site))
-            rolled_back += run.returncode == 2
-        assert main(list(target)) == 0, (point, capsys.readouterr())  # a rerun finishes the job exactly
+        rolled_back += stop_and_rerun(sglang_tree, target, point, signum, before, after, pristine_files, patched_bytes)
         assert {rel: (sglang_tree / rel).read_bytes() for rel in TARGET_FILES} == patched_bytes
         assert_invariant(sglang_tree, pristine_files, patched_bytes)
         capsys.readouterr()
@@ -152,14 +158,8 @@ def test_a_revert_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
     for point in every_point(count):
         assert main(["apply", "--sglang-dir", str(sglang_tree)]) == 0
         before = files_under(site)
-        run = signalled(point, signum, *target)
-        assert_invariant(sglang_tree, pristine_files, patched_bytes)
-        if signum == signal.SIGKILL:
-            assert run.returncode == -signal.SIGKILL, (point, run.stderr)
-        else:
-            assert_rolled_back_or_complete(run, signum, "revert", before, pristine_site, files_under(site))
-            rolled_back += run.returncode == 2
-        assert main(list(target)) == 0, (point, capsys.readouterr())  # a rerun finishes the job exactly
+        rolled_back += stop_and_rerun(sglang_tree, target, point, signum, before, pristine_site, pristine_files,
+                                      patched_bytes)
         assert files_under(site) == pristine_site
         capsys.readouterr()
     if signum != signal.SIGKILL:
@@ -167,12 +167,13 @@ def test_a_revert_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
 
 
 @pytest.mark.parametrize("patched", [(CONFIGURATOR,), (DFLASH_WORKER, DSPARK_WORKER), (CONFIGURATOR, DSPARK_WORKER)])
-def test_status_and_verify_call_a_partial_tree_partial_and_name_the_repair(sglang_tree, patched_bytes, patched, capsys):
+def test_status_and_verify_call_a_partial_tree_partial_and_name_the_repair(sglang_tree, patched_bytes, patched,
+                                                                         capsys):
     for rel in patched:
         (sglang_tree / rel).write_bytes(patched_bytes[rel])
     target = ["--sglang-dir", str(sglang_tree)]
     unsafe = CONFIGURATOR in patched
-    repair = [f"replayssm-overlay apply --sglang-dir {sglang_tree}", f"replayssm-overlay revert --sglang-dir {sglang_tree}"]
+    repair = [f"replayssm-overlay {verb} --sglang-dir {sglang_tree}" for verb in ("apply", "revert")]
 
     assert main(["status", "--json", *target]) == 1
     status = json.loads(capsys.readouterr().out)

@@ -33,7 +33,8 @@ def test_an_unsupported_release_is_said_in_its_first_line_and_the_hashes_come_on
     target = ("--sglang-dir", str(tree_0518))
     code, out, err = run(capsys, "apply", *target)
     assert code == 2 and out == ""
-    assert err.splitlines()[0].startswith(f"replayssm-overlay apply: SGLang 0.5.18 is not supported; supported: {SUPPORTED}.")
+    first = f"replayssm-overlay apply: SGLang 0.5.18 is not supported; supported: {SUPPORTED}."
+    assert err.splitlines()[0].startswith(first)
     assert "install one of the supported releases" in err and "-v or --json" in err
     assert "sglang==0.5.23" not in err and not re.search("[0-9a-f]{64}", err) and len(err) < 1200, err
 

@@ -306,10 +306,10 @@ def _revert(sglang_dir) -> dict:
     message = f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert"
     if left:
         record = store.state_dir(tree.sglang_dir)
+        kept = f"; the record folder {record} is kept (it may hold the saved pristine copies)"
         message += (
             "; NOT complete, left as is: " + "; ".join(left) + ". Reinstall SGLang's file(s) "
-            f"({messages.REINSTALL.format(release='<release>')})"
-            + (f"; the record folder {record} is kept (it may hold the saved pristine copies)" if record.exists() else "")
+            f"({messages.REINSTALL.format(release='<release>')})" + (kept if record.exists() else "")
         )
     message += _late_signal_note(outcome, "revert")
     return {
