@@ -143,7 +143,7 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
     steps += modules[:-1] + [
         writes.Step("the manifest", store.manifest_path(tree.sglang_dir), store.manifest_bytes(manifest))
     ] + modules[-1:]
-    outcome = writes.run(
+    late_signal = writes.run(
         "apply", steps, sglang_dir=tree.sglang_dir, created_record=not store.state_dir(tree.sglang_dir).exists()
     )
     result["message"] = (
@@ -153,7 +153,7 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
             else "already patched; the manifest and pristine copies were rewritten"
         )
         + messages.leftovers_note(leftovers, dry_run)
-        + _late_signal_note(outcome, "apply")
+        + _late_signal_note(late_signal, "apply")
     )
     return result
 
@@ -173,10 +173,10 @@ def _apply_refusal(tree, refusals: list, leftovers_note: str) -> OverlayError:
     )
 
 
-def _late_signal_note(outcome, verb: str) -> str:
-    if outcome.late_signal is None:
+def _late_signal_note(late_signal, verb: str) -> str:
+    if late_signal is None:
         return ""
-    return f" ({outcome.late_signal} arrived during the last step and was not acted on: the {verb} is complete)"
+    return f" ({late_signal} arrived during the last step and was not acted on: the {verb} is complete)"
 
 
 def verify(sglang_dir, *, allow_unverified=False, lock_timeout_s=lock.DEFAULT_TIMEOUT_S) -> dict:
@@ -298,7 +298,7 @@ def _revert(sglang_dir) -> dict:
         writes.Step(rel, by_path[rel][0].path, by_path[rel][1], module=True) for rel in writes.revert_order(by_path)
     ]
     record_removed = []  # `then` runs after the last restore, with signals still held
-    outcome = writes.run(
+    late_signal = writes.run(
         "revert", steps, sglang_dir=tree.sglang_dir, created_record=False,
         then=None if left else lambda: record_removed.append(store.remove_state_dir(tree.sglang_dir)),
     )
@@ -311,7 +311,7 @@ def _revert(sglang_dir) -> dict:
             "; NOT complete, left as is: " + "; ".join(left) + ". Reinstall SGLang's file(s) "
             f"({messages.REINSTALL.format(release='<release>')})" + (kept if record.exists() else "")
         )
-    message += _late_signal_note(outcome, "revert")
+    message += _late_signal_note(late_signal, "revert")
     return {
         "action": "revert",
         "sglang_dir": str(tree.sglang_dir),

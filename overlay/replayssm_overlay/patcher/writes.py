@@ -13,7 +13,7 @@ patched and some not. Two rules make every such stop safe:
   of a write; before each step the run looks, and if one came, or a step failed (OSError, or an
   `OverlayError` from the store), it puts back the bytes of every file it touched, newest first, removes
   the record folder if it created it, and raises `OverlayError` saying what it did. The last step is the
-  point of no return: a signal that arrives during it is reported (`late_signal`) and the run completes;
+  point of no return: a signal that arrives during it is reported (`run` returns its name) and the run completes;
   `then` (revert's removal of the record folder) runs after it with signals still held.
 Signal handlers can only be set in the main thread; called from another thread, the run writes in the
 same order and rolls back failed writes, and signals act as the program defines.
@@ -54,22 +54,17 @@ class Step:
     previous: bytes | None = field(default=None, repr=False)  # what was there before the step; None: nothing
 
 
-@dataclass
-class Outcome:
-    """What `run` did: the steps written, and a signal that came during the last step (then ignored)."""
-
-    written: int
-    late_signal: str | None = None
-
-
 class Interrupted(Exception):
+    """SIGINT or SIGTERM came while the steps ran (raised between two steps, never inside one)."""
+
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.name = signal.Signals(signum).name
 
 
-def run(verb: str, steps: list, *, sglang_dir, created_record: bool, then=None) -> Outcome:
-    """Do `steps` in order (all or nothing, as the module docstring says), then `then()` if given."""
+def run(verb: str, steps: list, *, sglang_dir, created_record: bool, then=None) -> str | None:
+    """Do `steps` in order (all or nothing, as the module docstring says), then `then()` if given. Returns
+    the name of a signal that came during the last step or `then` (not acted on), else None."""
     done = []
     with _held_signals() as received:
         try:
@@ -84,8 +79,7 @@ def run(verb: str, steps: list, *, sglang_dir, created_record: bool, then=None) 
             raise _failure(verb, err, undone, len(done), len(steps)) from err
         if then is not None:
             then()
-        late = received[0] if received else None
-    return Outcome(len(done), signal.Signals(late).name if late else None)
+    return signal.Signals(received[0]).name if received else None
 
 
 def _failure(verb: str, err, undone: list, reached: int, total: int) -> OverlayError:
@@ -95,7 +89,7 @@ def _failure(verb: str, err, undone: list, reached: int, total: int) -> OverlayE
     ) + (" (" + "; ".join(undone) + ")" if undone else "")
     if isinstance(err, Interrupted):
         return OverlayError(
-            f"{verb} interrupted by {err.name} at write {reached} of {total}; rolled back: {back}",
+            f"{verb} interrupted by {err.name} after write {reached} of {total}; rolled back: {back}",
             f"run `replayssm-overlay {verb}` again to {verb}"
             + ("" if clean else "; it finishes the job from any state a stopped run leaves (or reinstall SGLang)"),
         )
@@ -117,7 +111,7 @@ def _roll_back(done: list, sglang_dir, created_record: bool) -> list:
                 step.path.unlink(missing_ok=True)
             else:
                 _write(step, step.previous)
-            outcomes.append(f"restored {step.label}")
+            outcomes.append(f"{'removed' if step.previous is None else 'restored'} {step.label}")
         except OSError as err:
             outcomes.append(f"COULD NOT restore {step.label} ({err}); reinstall SGLang")
     if created_record:
