@@ -111,7 +111,8 @@ def _roll_back(done: list, sglang_dir, created_record: bool) -> list:
                 step.path.unlink(missing_ok=True)
             else:
                 _write(step, step.previous)
-            outcomes.append(f"{'removed' if step.previous is None else 'restored'} {step.label}")
+            if step.module or not created_record:  # (the record folder's removal below says the rest)
+                outcomes.append(f"{'removed' if step.previous is None else 'restored'} {step.label}")
         except OSError as err:
             outcomes.append(f"COULD NOT restore {step.label} ({err}); reinstall SGLang")
     if created_record:
