@@ -49,7 +49,7 @@ save: ## write IMAGE as DIST_DIR/<name>_<tag>.tar.gz + .sha256 + .image-id (site
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/distribute.py save --image $(IMAGE) --dir $(DIST_DIR)
 
 load: ## load TARBALL=...tar.gz after checking its sha256, and check the loaded image ID
-	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/distribute.py load --tarball $(TARBALL)
+	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/distribute.py load --tarball "$(TARBALL)"
 
 push: ## tag IMAGE into REGISTRY=host[:port][/path] and push it; prints the digest to deploy by
 	$(RSO_TOOLS_PY) $(RSO_DOCKER_DIR)/tools/distribute.py push --image $(IMAGE) --registry "$(REGISTRY)"

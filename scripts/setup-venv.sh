@@ -19,7 +19,10 @@ fi
 command -v "$PY" >/dev/null || { echo "setup-venv: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
 step() { echo "setup-venv: [$1/7] $2" >&2; }
 step 1 "creating $VENV with $($PY --version)"
-"$PY" -m venv "$VENV"
+"$PY" -m venv "$VENV" >&2 || {
+  echo "setup-venv: $PY -m venv failed (above); Debian ships the venv module apart: install ${PY##*/}-venv as" \
+    "root (scripts/setup-system.sh does: make setup, or make setup-demo for the demo alone), then run this again" >&2
+  rm -rf "$VENV"; exit 2; }
 pip_install() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" >&2; }
 step 2 "torch 2.13.0 (CPU) and triton 3.7.1 (for TRITON_INTERPRET=1)"
 pip_install torch==2.13.0 triton==3.7.1

@@ -1,9 +1,10 @@
 """The make entry points a new user meets first (issue 14 item 6): `make help` aligned, `make demo-json`
-printing only JSON on stdout, targets that need .venv saying "run make setup first", the patch status
-and the fleet status named apart, and `make setup` waiting for the dpkg lock.
+printing only JSON on stdout (for the release asked for), targets that need .venv saying "run make setup
+first", `make load` without a tarball saying what it needs, the patch status and the fleet status named
+apart, and `make setup` waiting for the dpkg lock.
 
 Nothing here runs `make setup` for real (it would rebuild the shared .venv): `demo-json` runs with
-`-o setup` and PY= a probe that prints its own argv as JSON, and setup-system.sh runs against stand-ins
+`-o setup-demo` and PY= a probe that prints its own argv as JSON, and setup-system.sh runs against stand-ins
 for dpkg-query and apt-get (test doubles: the real apt cannot be run from a test), which record what
 they were asked."""
 
@@ -51,9 +52,22 @@ def test_make_demo_json_prints_only_json(tmp_path):
     probe = tmp_path / "python"
     probe.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     probe.chmod(0o755)
-    done = make("-o", "setup", "demo-json", f"PY={probe}")
+    done = make("-o", "setup-demo", "demo-json", f"PY={probe}")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == ["-m", "harness.demo", "--json"]
+    argv = json.loads(done.stdout)  # (with the release docker/base.lock names as SGLANG_RELEASE)
+    assert argv[:2] == ["-m", "harness.demo"] and argv[-1] == "--json"
+    # the release asked for reaches the demo (it silently ran 0.5.19: issue 37 item 4)
+    done = make("-o", "setup-demo", "demo-json", f"PY={probe}", "SGLANG_RELEASE=0.5.23")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["-m", "harness.demo", "--release", "0.5.23", "--json"]
+
+
+def test_make_load_without_a_tarball_says_what_it_needs():
+    """Not argparse's usage lines (issue 37 item 4): one error and the fix, before any daemon is asked."""
+    done = make("load")
+    assert done.returncode == 2
+    assert "error: make load needs TARBALL=" in done.stderr and "fix: e.g. make load TARBALL=" in done.stderr
+    assert "usage:" not in done.stderr
 
 
 @pytest.mark.parametrize("target", VENV_TARGETS)

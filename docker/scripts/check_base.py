@@ -11,7 +11,9 @@ found with `importlib.util.find_spec`, the version from the installed distributi
         checks [python] (the overlay wheel's Requires-Python), [pin], [location], [version]; writes the report F
     check_base.py pristine --report F
         runs `python -m replayssm_overlay apply --dry-run --json` (the overlay wheel must be installed):
-        check [pristine], the sha256 of the three files and every hook point; adds the result to F
+        check [pristine], the sha256 of the three files and every hook point, and check [release], the
+        release those hashes identify is the one the build is for (a base whose files are another
+        release's than its metadata says is refused, never labelled); adds the result to F
 
 Exit status 1 and a line `base-check failed [CHECK]: ...` plus `fix: ...` on stderr when a check fails.
 """
@@ -179,9 +181,23 @@ def pristine(args):
             "the base's SGLang files are not the pristine files of the supported release; use the "
             "unmodified release image pinned in docker/base.lock (docker/README.md, 'When the base check fails')")
     dry_run = json.loads(proc.stdout)
+    wanted = report["sglang"]["release"]
+    if dry_run["release"] != wanted:
+        raise CheckFailed(
+            "release", f"the base's SGLang files are SGLang {dry_run['release']}'s (the overlay identifies the release "
+            f"by the files' sha256), but this build is for SGLang {wanted} (SGLANG_RELEASE={wanted}), which the "
+            f"base's metadata also declares ({_declared_text(report['sglang']['declared'])}); the image would be "
+            f"labelled {wanted} while running {dry_run['release']}'s code",
+            f"build FROM the unmodified lmsysorg/sglang:v{wanted}-<lane> pinned in docker/base.lock; if the base "
+            f"really is {dry_run['release']}, build it as SGLANG_RELEASE={dry_run['release']} with that release's pin "
+            "(docker/README.md, 'When the base check fails')")
     report["pristine"] = {f["relpath"]: {"sha256_before": f["sha256_before"], "sha256_after": f["sha256_after"]}
                           for f in dry_run["files"]}
     return report
+
+
+def _declared_text(declared):
+    return ", ".join(f"{where} {version}" for where, version in sorted(declared.items()) if version) or "nothing"
 
 
 def main(argv=None):

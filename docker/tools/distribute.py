@@ -6,8 +6,9 @@ loaded image by its IMAGE ID (the config digest, which survives save/load), neve
     DIR/<name>_<tag>.tar.gz          docker save, gzip-compressed (pigz when installed)
     DIR/<name>_<tag>.tar.gz.sha256   `sha256sum` format, check with `sha256sum -c`
     DIR/<name>_<tag>.image-id        the image ID that `docker load` must yield
-`load` checks the sha256, loads, and refuses unless the loaded image has that ID. `push` checks that the
-registry answers before it tags and pushes, and prints the pushed digest.
+`load` checks the sha256, loads, and refuses unless the loaded image has that ID; a refused load puts the
+daemon back (the loaded image removed, each of its tags naming what it named before). `push` checks that
+the registry answers before it tags and pushes, and prints the pushed digest.
 
     python3 docker/tools/distribute.py save --image NAME:TAG --dir DIR
     python3 docker/tools/distribute.py load --tarball FILE
@@ -65,7 +66,11 @@ def save(image: str, out_dir: Path) -> Path:
     return tarball
 
 
-def load(tarball: Path) -> str:
+def load(tarball: Path | None) -> str:
+    if tarball is None:
+        raise Refusal("make load needs TARBALL=<the .tar.gz that `make save` wrote>",
+                      "e.g. make load TARBALL=build/docker/dist/sglang-replayssm_0.5.19-0.1.0.tar.gz (its .sha256 "
+                      "and .image-id files beside it)")
     check_daemon()
     sums = Path(f"{tarball}.sha256")
     id_file = tarball.parent / (tarball.name.removesuffix(".tar.gz") + ".image-id")
@@ -77,13 +82,49 @@ def load(tarball: Path) -> str:
         raise Refusal(f"{tarball} does not match its sha256 ({expected_sum}): the copy is damaged",
                       "copy the tarball again")
     expected_id = id_file.read_text().strip()
-    loaded = loaded_image_ids(docker("load", "-i", str(tarball)).stdout)
+    tags_before, ids_before = _tags(), _image_ids()
+    output = docker("load", "-i", str(tarball)).stdout
+    loaded = loaded_image_ids(output)
     if expected_id not in loaded:
-        raise Refusal(f"{tarball} loaded as {', '.join(loaded) or 'nothing'}, not {expected_id} as {id_file.name} says",
+        undone = _undo_load(output, loaded, tags_before, ids_before)
+        raise Refusal(f"{tarball} loaded as {', '.join(loaded) or 'nothing'}, not {expected_id} as {id_file.name} "
+                      f"says; refused, and the daemon is as it was: {undone}",
                       "the tarball and its .image-id file are not from one `make save`: copy all three files again")
     tags = docker("image", "inspect", "--format", "{{join .RepoTags \" \"}}", expected_id).stdout.strip()
     print(f"loaded {tags} {expected_id} (image ID checked)")
     return expected_id
+
+
+def _tags() -> dict[str, str]:
+    """Every `repository:tag` on the daemon and the image ID it names."""
+    listed = docker("images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout.split("\n")
+    return dict(line.split(" ", 1) for line in listed if line and "<none>" not in line)
+
+
+def _image_ids() -> set[str]:
+    return set(docker("images", "-a", "-q", "--no-trunc").stdout.split())
+
+
+def _undo_load(output: str, loaded: list[str], tags_before: dict[str, str], ids_before: set[str]) -> str:
+    """Put the daemon back as it was before a refused `docker load`: each tag the tarball carried names
+    what it named before (or is removed, if it is new), and each image the load added is removed. Returns
+    what it did, for the message (the Ansible tarball path does the same: deploy/roles/sglang_image)."""
+    done = []
+    refs = [line.removeprefix("Loaded image: ").strip() for line in output.splitlines()
+            if line.startswith("Loaded image: ")]
+    for ref in refs:
+        previous = tags_before.get(ref)
+        if previous is None:
+            docker("image", "rm", "--no-prune", ref, check=False)
+            done.append(f"removed the tag {ref} (it was not there before)")
+        elif image_id(ref) != previous:
+            docker("tag", previous, ref)
+            done.append(f"{ref} names {previous} again")
+    for found in (found for found in loaded if found not in ids_before):
+        if image_id(found) is not None:
+            docker("image", "rm", found, check=False)
+        done.append(f"{'removed' if image_id(found) is None else 'COULD NOT remove'} the refused image {found}")
+    return "; ".join(done) or "it loaded nothing new"
 
 
 def loaded_image_ids(output: str) -> list[str]:
@@ -128,7 +169,7 @@ def main() -> int:
     p_save.add_argument("--image", required=True)
     p_save.add_argument("--dir", required=True)
     p_load = sub.add_parser("load")
-    p_load.add_argument("--tarball", required=True)
+    p_load.add_argument("--tarball", type=lambda text: Path(text) if text else None, default=None)
     p_push = sub.add_parser("push")
     p_push.add_argument("--image", required=True)
     p_push.add_argument("--registry", default="")
@@ -136,7 +177,7 @@ def main() -> int:
     if args.action == "save":
         save(args.image, Path(args.dir))
     elif args.action == "load":
-        load(Path(args.tarball))
+        load(args.tarball)
     else:
         push(args.image, args.registry)
     return 0

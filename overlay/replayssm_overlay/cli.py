@@ -5,10 +5,12 @@ It composes the parts that do not know each other: `status` is the patcher's rep
 `describe()`, and `apply` records that description in the manifest, so the patcher imports nothing of
 `fold` or `kernels`; the `kernels` group gets its `build` from the ahead-of-time build (`aot.cli`).
 
-Exit codes: 0 ok; 1 a check failed (`verify`; `revert` that could not restore every file); 2 usage
-error, environment error or refusal (nothing was changed). Every subcommand takes `--json` (one JSON
-object on stdout) and `--sglang-dir`. A refusal (`OverlayError`) or a failed file operation (`OSError`,
-turned into one by `errors.from_os_error`) is one message naming the path and the fix, never a traceback.
+Exit codes: 0 ok; 1 a check failed (`verify`; `status` of a partially patched tree; `revert` that could
+not restore every file); 2 usage error, environment error, refusal, or an `apply`/`revert` stopped by
+SIGINT/SIGTERM and rolled back (nothing was changed). `-v` adds a refusal's evidence (`detail`). Every
+subcommand takes `--json` (one JSON object on stdout) and `--sglang-dir`. A refusal (`OverlayError`) or a
+failed file operation (`OSError`, turned into one by `errors.from_os_error`) is one message naming the
+path and the fix, never a traceback.
 `build_parser()` builds the whole parser so that other command groups can be added to it: a subcommand
 is a subparser whose defaults carry `handler=callable(args) -> exit code`.
 """
@@ -33,8 +35,10 @@ examples:
   replayssm-overlay apply && replayssm-overlay verify
   replayssm-overlay revert --sglang-dir /venv/lib/python3/site-packages/sglang
 
-exit codes: 0 ok, 1 a check failed (verify; revert that could not restore every
-file), 2 usage error, environment error or refusal (nothing changed).
+exit codes: 0 ok, 1 a check failed (verify; status of a partially patched tree;
+revert that could not restore every file), 2 usage error, environment error,
+refusal or an apply/revert stopped by SIGINT/SIGTERM (nothing changed: rolled
+back).
 """
 
 STATUS_SCHEMA_HELP = """\
@@ -47,7 +51,11 @@ JSON (--json), schema 1:
   release_label     the release as messages say it, naming unverified files
   declared_version  version the installation declares (dist-info or
                     sglang/_version.py), or null
-  unverified        true if a file was patched over an unknown base
+  unverified        true if a file was patched over an unknown base, or a
+                    fingerprint file differs
+  fingerprint_mismatches
+                    [{relpath, expected, found}]: the release's fingerprint
+                    files that differ (found null: missing)
   unverified_files  the files patched with apply --allow-unverified
   leftovers         temp files a killed patcher run left (apply, revert
                     remove them)
@@ -59,6 +67,10 @@ JSON (--json), schema 1:
   protocol          fold (0.5.19: the raw-window fold commits) | ring (0.5.20 to
                     0.5.23: SGLang's own MTP commit commits) | null (neither),
                     read from the tree's GDN ReplaySSM kernel files
+  partial           null, or (state mixed: an interrupted apply or revert)
+                    {patched[], pristine[], lifts_refusal_without_commit,
+                    repair[] (the apply and the revert command that repair
+                    it), detail}; status then exits 1
   kernels           replayssm_overlay.fold.describe(): the fold kernel this
                     node would commit with (none commits on a ring release:
                     see exactness.commit)
@@ -101,10 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
         "located without importing it)",
     )
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of text")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="with a refusal, also print its evidence (each file's sha256, the release the tree looks most "
+        "like); --json always carries it as `detail`",
+    )
     locked = argparse.ArgumentParser(add_help=False)
     locked.add_argument(
         "--lock-timeout",
-        type=float,
+        type=_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help="how long to wait for another patcher run on the same SGLang to finish before refusing",
@@ -196,13 +215,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show whether each file is pristine, patched, unknown or missing, the release its hashes "
         "identify, the overlay version, the manifest path and the fold kernels in use, temp files a killed "
         "run left and a patcher run holding the lock. Works without the manifest: the state comes from the "
-        "bytes.",
+        "bytes. Exits 0, or 1 when the tree is partially patched (an interrupted apply or revert; it names "
+        "the command that repairs it).",
         epilog=_examples("replayssm-overlay status --json") + "\n\n" + STATUS_SCHEMA_HELP,
         formatter_class=HelpFormatter,
     )
     status.set_defaults(handler=_status)
     register_kernels(sub, add_build)
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A --lock-timeout value: a number of seconds, 0 or more (0: do not wait)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more (0: do not wait), got {text!r}")
+    return value
 
 
 def main(argv=None) -> int:
@@ -217,12 +248,20 @@ def main(argv=None) -> int:
         return _refused(args, err)
     except OSError as err:  # a file operation no module turned into a refusal: still a message, not a traceback
         return _refused(args, from_os_error(err, "access"))
+    except KeyboardInterrupt:  # outside a write phase, which holds SIGINT and rolls back itself
+        return _refused(args, OverlayError(
+            "interrupted (SIGINT) outside any write; the three files are as a whole either as they were or as "
+            "intended",
+            "`replayssm-overlay status` shows which; run the command again to finish it",
+        ))
 
 
 def _refused(args, err: OverlayError) -> int:
     print(f"replayssm-overlay {args.command}: {err}", file=sys.stderr)
+    if err.detail and getattr(args, "verbose", False):
+        print("  detail:\n" + "\n".join(f"    - {line}" for line in err.detail), file=sys.stderr)
     if getattr(args, "json", False):
-        print_json({"ok": False, "error": err.what, "fix": err.fix})
+        print_json({"ok": False, "error": err.what, "fix": err.fix, "detail": err.detail})
     return EXIT_USAGE
 
 
@@ -285,10 +324,12 @@ def _status(args) -> int:
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     table = "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    partial = result["partial"]
     text = (
         f"sglang:   {result['sglang_dir']} (declares {result['declared_version'] or 'no version'})\n"
         f"state:    {result['state']}; release by hashes: {result['release_label']}\n"
-        f"overlay:  {result['overlay_version']}\n"
+        + (f"PARTIAL:  {partial['detail']}\n" if partial else "")
+        + f"overlay:  {result['overlay_version']}\n"
         f"manifest: {result['manifest_path']}"
         + ("" if result["manifest"] else f" ({result['manifest_problem'] or 'absent'})")
         + f"\nkernels:  {kernels}"
@@ -301,7 +342,7 @@ def _status(args) -> int:
         + f"\n{table}"
     )
     _report(args, result, text)
-    return EXIT_OK
+    return EXIT_CHECK_FAILED if partial else EXIT_OK
 
 
 def _exactness(result: dict) -> dict:

@@ -10,11 +10,14 @@ import errno
 
 
 class OverlayError(Exception):
-    """A clear, actionable refusal: `what` went wrong, `fix` says how to proceed."""
+    """A clear, actionable refusal: `what` went wrong, `fix` says how to proceed, `detail` (lines) is the
+    evidence a person rarely needs (hashes, per-file findings): the command line shows it with -v and in
+    --json, not in `str(error)`."""
 
-    def __init__(self, what: str, fix: str = ""):
+    def __init__(self, what: str, fix: str = "", detail=None):
         self.what = what
         self.fix = fix
+        self.detail = list(detail or [])
         super().__init__(f"{what}\n  fix: {fix}" if fix else what)
 
 

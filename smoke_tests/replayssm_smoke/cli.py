@@ -10,6 +10,7 @@ environment error (nothing is then reported as a pass).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -255,12 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:  # the table on stdout carries the message otherwise
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
     doc = report.document(body, started, time.time())
-    try:
-        written = report.write(args.out, doc)
-        progress(f"wrote {', '.join(written)}")
-    except OSError as exc:
-        print(f"replayssm-smoke: error: cannot write the report to {args.out}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    if body.get("error") and not os.path.isdir(args.out):
+        # a run stopped by its environment (an unreachable target, say) creates no folder; an existing one
+        # gets the error report, so an older report there can never read as this run's pass
+        print(f"replayssm-smoke: no report written: {args.out} does not exist and the run stopped before a "
+              "verdict", file=sys.stderr)
+    else:
+        try:
+            written = report.write(args.out, doc)
+            progress(f"wrote {', '.join(written)}")
+        except OSError as exc:
+            print(f"replayssm-smoke: error: cannot write the report to {args.out}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.json:
         print_json(doc, sort_keys=False)
     else:

@@ -1,21 +1,20 @@
-"""Real Ansible over SSH into three test nodes, each with its own Docker daemon, rolling out the
-stand-in server image (tests/deploy/standin_image.py) with deploy/playbooks.
+"""Real Ansible over SSH into three test nodes, each with its own Docker daemon, rolling out the stand-in
+server image (tests/deploy/standin_image.py) with deploy/playbooks.
 
 The tests run in file order and build on each other (one fleet per session): a clean rollout, a rerun
 that changes nothing, a preflight failure that stops before any restart, a node whose new container is
-unhealthy (rolled back, no later batch touched), an on-demand rollback (also one interrupted between
-the renames of its exchange), an image ID mismatch after
-loading a tarball, the status report, a new container that exits (the wait stops at once, its log is
-kept), a distribute failure on one node (every staged tarball removed), and a node whose Docker daemon
-is killed during its batch (the last good container stays the rollback target through the rerun and
-the rollback, and a rollback that stops names the nodes it did not reach).
+unhealthy (rolled back, no later batch touched), an on-demand rollback (also one interrupted between the
+renames of its exchange), an image ID mismatch after loading a tarball, the status report, a new
+container that exits (the wait stops at once, its log is kept), a distribute whose copy dies half-way on
+one node (every staged tarball and partial copy removed), and a node whose Docker daemon is killed during
+its batch (the last good container stays the rollback target through the rerun and the rollback, and a
+rollback that stops names the nodes it did not reach).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import threading
 import time
@@ -367,10 +366,32 @@ def test_dead_new_container_stops_the_wait_at_once_and_keeps_its_log(fleet, save
     assert fleet.nodes[0].state(SERVICE)["current"]["image_id"] == v1.image_id
 
 
+# node3's local rsync (`ansible_rsync_path`): the real rsync, SIGKILLed as soon as node3's receiving side
+# holds part of the tarball, as when the connection dies mid-copy; then it waits (bounded) until the
+# receiver has kept what arrived (--partial, in .~tmp~/ under --delay-updates), and exits 12 as rsync does.
+DYING_RSYNC = """#!{python}
+import os, pathlib, subprocess, sys, time
+partial = pathlib.Path({partial_dir!r})
+copy = subprocess.Popen(["rsync", "--bwlimit=2000", *sys.argv[1:]])
+while copy.poll() is None:
+    if partial.is_dir() and any(p.stat().st_size for p in partial.iterdir() if p.is_file()):
+        copy.kill()
+        copy.wait()
+        deadline = time.monotonic() + 30
+        while not (partial / {name!r}).is_file() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pathlib.Path({marker!r}).write_text("\\n".join(sorted(map(str, partial.iterdir()))))
+        sys.exit(12)
+    time.sleep(0.05)
+sys.exit(copy.returncode)
+"""
+
+
 def test_failed_distribute_on_one_node_leaves_no_staged_tarball_anywhere(fleet, saved_images, tmp_path):
-    """node3's copy fails while node1 copies the same tarball in the same task (node1 first drops v2 and
-    the containers kept on it, so that it must copy): node1 still loads and removes its staged tarball,
-    and the run stops before any restart."""
+    """node3's copy dies half-way (its rsync is killed) while node1 copies the same tarball in the same
+    task (node1 first drops v2 and the containers kept on it, so that it must copy): node1 still loads and
+    removes its staged tarball, node3 removes the tarball and the partial copy rsync kept in .~tmp~/, the
+    message says so, and the run stops before any restart."""
     v2 = saved_images["v2"]
     node1, node3 = fleet.nodes[0], fleet.nodes[2]
     for name, container in node1.containers().items():
@@ -379,18 +400,21 @@ def test_failed_distribute_on_one_node_leaves_no_staged_tarball_anywhere(fleet, 
     node1.dockerd.docker("rmi", v2.image_id, check=False)
     assert node3.dockerd.docker("image", "inspect", v2.image_id, check=False).returncode != 0
     before = _running(fleet)
-    blocker = node3.root / "stage" / v2.tarball.name / "not-empty"  # rsync cannot put a file there
-    blocker.parent.mkdir(parents=True)
-    blocker.write_text("a folder where node3's tarball should go\n")
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v2)
-    try:
-        result = ansible_playbook(fleet, "distribute.yml", inventory)
-    finally:  # (the node's cleanup may have removed the folder at the tarball's path already)
-        shutil.rmtree(blocker.parent, ignore_errors=True)
+    killed = tmp_path / "rsync-killed"
+    dying = tmp_path / "dying-rsync"
+    dying.write_text(DYING_RSYNC.format(python=sys.executable, partial_dir=str(node3.root / "stage" / ".~tmp~"),
+                                        name=v2.tarball.name, marker=str(killed)))
+    dying.chmod(0o755)
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2,
+                                host_overrides={"node3": {"ansible_rsync_path": str(dying)}})
+    result = ansible_playbook(fleet, "distribute.yml", inventory)
     assert result.rc != 0
-    assert "the image did not reach node3" in " ".join(result.output.split())
-    for node in fleet.nodes:
-        assert not [p for p in (node.root / "stage").glob("*.tar*") if p.is_file()], node.name
+    assert f".~tmp~/{v2.tarball.name}" in killed.read_text()  # the copy died with a partial file kept
+    said = " ".join(result.output.split())
+    assert "the image did not reach node3" in said
+    assert "Every node that staged the tarball removed it and the partial copy rsync keeps." in said
+    for node in fleet.nodes:  # nothing staged anywhere, rsync's partial folder (.~tmp~/) included
+        assert [str(p) for p in (node.root / "stage").rglob("*")] == [], node.name
     assert _running(fleet) == before
 
 

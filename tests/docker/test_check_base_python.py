@@ -1,10 +1,13 @@
-"""The base check's [python] step (docker/scripts/check_base.py, run inside the base during the build),
-run here on this machine's Python against stand-in wheels: it names the check and the fix when the
-Python is older than the wheel's Requires-Python, and when the build context holds no single wheel."""
+"""The base check's [python] and [release] steps (docker/scripts/check_base.py, run inside the base during
+the build), run here on this machine's Python: against stand-in wheels, it names the check and the fix
+when the Python is older than the wheel's Requires-Python, and when the build context holds no single
+wheel; against the real 0.5.20 files, it refuses a base whose files are not the release it is built as."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 import platform
 import zipfile
 from pathlib import Path
@@ -59,3 +62,23 @@ def test_shell_advice_is_cut_from_the_overlays_refusal(check_base):
     assert "a.py: sha256 00 matches no known release (expected 11 for SGLang 0.5.19; the installation declares " \
            "version 0.5.19)" in cut
     assert cut.endswith("b.py: missing (/x/b.py). This is not an SGLang installation the overlay supports (0.5.19)")
+
+
+def test_a_base_whose_files_are_another_release_than_its_metadata_fails_the_release_check(check_base, tmp_path):
+    """0.5.20's files under metadata that says 0.5.19 (issue 37 item 2: it built and was labelled 0.5.19).
+    The [pristine] step's dry run identifies the release by the files' hashes; it must be SGLANG_RELEASE."""
+    from replayssm_overlay.patcher.releases import RELEASE_FILES
+
+    source = Path(__file__).resolve().parents[2] / ".venv" / "sglang-releases" / "0.5.20" / "sglang"
+    tree = tmp_path / "site-packages" / "sglang"
+    for relpath in RELEASE_FILES["0.5.20"]:
+        (tree / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (tree / relpath).write_bytes((source / relpath).read_bytes())
+    declared = {"distribution": "0.5.19", "source": "0.5.19"}
+    report = tmp_path / "base-check.json"
+    report.write_text(json.dumps({"sglang": {"package_dir": str(tree), "release": "0.5.19", "declared": declared}}))
+    with pytest.raises(check_base.CheckFailed) as failed:
+        check_base.pristine(argparse.Namespace(report=str(report)))
+    message = str(failed.value)
+    assert message.startswith("base-check failed [release]: the base's SGLang files are SGLang 0.5.20's")
+    assert "this build is for SGLang 0.5.19 (SGLANG_RELEASE=0.5.19)" in message and "fix: " in message

@@ -20,8 +20,9 @@ from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("overlay", "smoke_tests", ".")))
-# apply renames 3 pristine copies (1-3), then 3 modules (4-6), then the manifest (7); revert renames the
-# 3 modules. One kill point of each kind, and the first and last module of revert.
+# apply renames 3 pristine copies (1-3), the 2 commit modules (4-5), the manifest (6), the configurator (7);
+# revert renames the 3 modules. One kill point of each kind, and the first and last module of revert
+# (every point, with every signal: test_all_or_nothing.py).
 APPLY_KILL_POINTS, REVERT_KILL_POINTS = (1, 4, 7), (1, 3)
 
 KILLED_AT_RENAME = """

@@ -50,11 +50,14 @@ def double():
 
 @pytest.fixture
 def smoke(tmp_path, capsys):
-    """smoke(*argv) -> (exit code, report.json content or None, stdout + stderr), run in-process (32 tokens a prompt unless argv says otherwise)."""
+    """smoke(*argv) -> (exit code, report.json content or None, stdout + stderr), run in-process (32 tokens a
+    prompt unless argv says otherwise), into an --out folder that exists (a run stopped by an environment
+    error writes its report only there)."""
     from replayssm_smoke import cli
 
     def run(*argv: str):
         out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
         defaults = ["--max-new-tokens", "32", "--timeout", "10", "--deadline", "60"]  # argv may override
         code = cli.main([*defaults, *argv, "--out", str(out), "--quiet"])
         captured = capsys.readouterr()

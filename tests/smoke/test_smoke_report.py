@@ -41,6 +41,29 @@ def test_a_stopped_run_reports_the_error_keys(tmp_path, capsys):
     assert doc["passed"] is False and doc["gates"] == [] and "cannot reach" in doc["error"]["what"]
 
 
+def _closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_an_unreachable_target_creates_no_report_folder(tmp_path, capsys):
+    """Issue 37 item 4: it wrote ./smoke-report/ for a typo in the URL."""
+    out = tmp_path / "smoke-report"
+    code = cli.main(["--target", _closed_port_url(), "--timeout", "2", "--out", str(out), "-q"])
+    assert code == 2 and not out.exists()
+    captured = capsys.readouterr()
+    assert "cannot reach" in captured.out and f"no report written: {out} does not exist" in captured.err
+
+
+def test_an_unreachable_target_replaces_an_older_report_so_it_cannot_read_as_a_pass(tmp_path, capsys):
+    (tmp_path / "report.json").write_text(json.dumps({"passed": True, "exit_code": 0}))
+    code = cli.main(["--target", _closed_port_url(), "--timeout", "2", "--out", str(tmp_path), "-q"])
+    capsys.readouterr()
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert code == 2 and doc["passed"] is False and "cannot reach" in doc["error"]["what"]
+
+
 def test_the_readme_documents_every_key():
     block = README.read_text().split("## report.json", 1)[1].split("```", 2)[1]
     documented = set(re.findall(r"^([a-z_]+)", block, flags=re.M)) | set(re.findall(r"\b([a-z_]+):", block))

@@ -113,7 +113,9 @@ def _status(args) -> int:
         return EXIT_OK
     node = report["node"]
     print(f"folder:   {report['folder']} (from {source}){'' if report['exists'] else ' - does not exist'}")
-    print(f"node:     GPU {'sm_%s' % node['arch'] if node['arch'] else 'none visible'}")
+    gpu = (f"checked as sm_{node['arch']} (--arch; no GPU was asked)" if args.arch is not None
+           else f"GPU sm_{node['arch']}" if node["arch"] else "GPU none visible")
+    print(f"node:     {gpu}")
     if report["manifest"]:
         print(f"manifest: {_summary_text(report['manifest'])}")
     print("usable:   " + ("yes" if report["ok"] else "no\n" + "\n".join(f"  - {p}" for p in report["problems"])))

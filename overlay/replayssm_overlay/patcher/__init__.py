@@ -10,8 +10,11 @@ Public API (the command line, the Docker build and the demo call exactly these):
 the caller records in the manifest about the fold kernels (the command line passes
 `replayssm_overlay.fold.describe()`): the patcher imports nothing of `fold` or `kernels`, so it runs
 where torch and Triton are absent. A refusal raises
-`OverlayError` before anything is written, or after restoring what was written, so the three files are
-always either all as they were or all as intended. `apply`, `revert` and `verify` hold the lock on the
+`OverlayError` before anything is written, or after restoring what was written (a failed write, SIGINT or
+SIGTERM: `writes.py`), so the three files are always either all as they were or all as intended; the
+order of the writes keeps even a SIGKILLed run from lifting the KDA-only refusal before both commit hooks
+are in, and `status`/`verify` name the partial tree such a kill leaves (`partial`, with the commands that
+repair it; messages in `messages.py`). `apply`, `revert` and `verify` hold the lock on the
 target (`lock.py`) while they look and write, so only one patcher acts on a tree at a time; `apply` and
 `revert` first delete the temp files a killed run left (`store.remove_leftovers`) and say so in
 `leftovers_removed`. A file patched over an unverified base is named in every result
@@ -25,11 +28,11 @@ import pathlib
 import replayssm_overlay
 from replayssm_overlay.cliutil import sha256_bytes
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.patcher import fingerprint, lock, store
+from replayssm_overlay.patcher import fingerprint, lock, messages, store, writes
 from replayssm_overlay.patcher.edits import patch_source
 from replayssm_overlay.patcher.filestate import MISSING, NO_FILE, PATCHED, PRISTINE, classify
 from replayssm_overlay.patcher.hookpoints import HookPointError
-from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES, expected_hashes
+from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES, version_key
 from replayssm_overlay.patcher.target import declared_version
 
 __all__ = ["apply", "verify", "revert", "diff", "status"]
@@ -60,7 +63,7 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
         if f.state == PATCHED:
             continue
         if f.state == MISSING:
-            refusals.append(_missing_refusal(f))
+            refusals.append(messages.missing(f))
         elif f.state == PRISTINE or (allow_unverified and f.sha256 == f.base_sha256):
             try:
                 patched[f.relpath] = patch_source(f.relpath, f.data)
@@ -71,17 +74,9 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
                 )
             f.unverified = f.state != PRISTINE
         elif f.sha256 != f.base_sha256:
-            refusals.append(
-                f"{f.relpath}: {f.detail}. "
-                + (
-                    "Run `replayssm-overlay revert` first, then apply"
-                    if f.recoverable
-                    else "Reinstall SGLang's pristine file (pip install --force-reinstall --no-deps "
-                    "sglang==<release>), then apply"
-                )
-            )
+            refusals.append(messages.changed_since_patched(f))
         else:
-            refusals.append(_unknown_refusal(f, tree.declared, tree.release))
+            refusals.append(messages.unknown(f, tree.declared, tree.release))
     if not refusals and tree.release is None and any(f.releases for f in tree.files):
         refusals.append(
             "the files come from different SGLang releases ("
@@ -89,17 +84,9 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
             + "); reinstall one release"
         )
     if tree.release is not None and tree.fingerprint and not allow_unverified:
-        refusals.append(_fingerprint_refusal(tree.release, tree.fingerprint))
-    if refusals and (tree.release is None or any(not f.releases and f.data is not None for f in tree.files)):
-        refusals.append(_likeness_line(tree))
+        refusals.append(messages.fingerprint_refusal(tree.release, tree.fingerprint))
     if refusals:
-        raise OverlayError(
-            f"refusing to patch {tree.sglang_dir}; no file was changed"
-            + _leftovers_note(leftovers, dry_run)
-            + ":\n    - "
-            + "\n    - ".join(refusals),
-            "see each file above; supported releases: " + ", ".join(RELEASES),
-        )
+        raise _apply_refusal(tree, refusals, messages.leftovers_note(leftovers, dry_run))
 
     manifest = tree.new_manifest(patched, kernels)
     result = {
@@ -137,36 +124,59 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
             )
             if patched
             else "dry run: already patched; nothing to do"
-        ) + _leftovers_note(leftovers, dry_run)
+        ) + messages.leftovers_note(leftovers, dry_run)
         return result
     if not patched and record_current:
-        result["message"] = "already patched; nothing to do" + _leftovers_note(leftovers, dry_run)
+        result["message"] = "already patched; nothing to do" + messages.leftovers_note(leftovers, dry_run)
         return result
 
-    created_state_dir = not store.state_dir(tree.sglang_dir).exists()
-    written = []
-    try:
-        for f in tree.files:
-            store.save_pristine_copy(tree.sglang_dir, f.relpath, f.base)
-        for f in tree.files:
-            if f.relpath in patched:
-                store.write_module(f.path, patched[f.relpath])
-                written.append(f)
-        store.write_manifest(tree.sglang_dir, manifest)
-    except OSError as err:
-        restored = _restore_written(written)
-        if created_state_dir:
-            store.remove_state_dir(tree.sglang_dir)
-        raise OverlayError(
-            f"applying failed while writing ({err}); " + ("; ".join(restored) or "no file was changed"),
-            "fix the cause (disk space, permissions, read-only file system) and run the command again",
-        ) from err
+    steps = [
+        writes.Step(f"the saved pristine copy of {f.relpath}", store.pristine_copy_path(tree.sglang_dir, f.relpath),
+                    f.base)
+        for f in tree.files
+    ]
+    by_path = {f.relpath: f for f in tree.files}
+    modules = [
+        writes.Step(rel, by_path[rel].path, patched[rel], module=True) for rel in writes.apply_order(patched)
+    ]
+    # the manifest before the configurator's patch: a tree whose refusal is lifted always has its record
+    steps += modules[:-1] + [
+        writes.Step("the manifest", store.manifest_path(tree.sglang_dir), store.manifest_bytes(manifest))
+    ] + modules[-1:]
+    late_signal = writes.run(
+        "apply", steps, sglang_dir=tree.sglang_dir, created_record=not store.state_dir(tree.sglang_dir).exists()
+    )
     result["message"] = (
-        f"patched {len(patched)} file(s) of SGLang {tree.release_label()}"
-        if patched
-        else "already patched; the manifest and pristine copies were rewritten"
-    ) + _leftovers_note(leftovers, dry_run)
+        (
+            f"patched {len(patched)} file(s) of SGLang {tree.release_label()}"
+            if patched
+            else "already patched; the manifest and pristine copies were rewritten"
+        )
+        + messages.leftovers_note(leftovers, dry_run)
+        + _late_signal_note(late_signal, "apply")
+    )
     return result
+
+
+def _apply_refusal(tree, refusals: list, leftovers_note: str) -> OverlayError:
+    """One refusal for the whole tree: not SGLang at all, a release the overlay does not support (said in
+    one line; the hashes are `detail`), or, for a supported release with a damaged file, each file."""
+    if all(f.state == MISSING and f.detail == NO_FILE for f in tree.files):
+        return messages.not_sglang(tree.sglang_dir, tree.files, tree.declared)
+    if tree.release is None and not any(f.releases for f in tree.files) and tree.declared not in RELEASES:
+        return messages.unsupported(tree.sglang_dir, tree, refusals)
+    if tree.release is None or any(not f.releases and f.data is not None for f in tree.files):
+        refusals.append(messages.likeness(tree))
+    return messages.refusal(
+        "patch", tree.sglang_dir, refusals, "see each file above; supported releases: " + messages.SUPPORTED,
+        leftovers_note,
+    )
+
+
+def _late_signal_note(late_signal, verb: str) -> str:
+    if late_signal is None:
+        return ""
+    return f" ({late_signal} arrived during the last step and was not acted on: the {verb} is complete)"
 
 
 def verify(sglang_dir, *, allow_unverified=False, lock_timeout_s=lock.DEFAULT_TIMEOUT_S) -> dict:
@@ -183,11 +193,20 @@ def _verify(sglang_dir, allow_unverified) -> dict:
         for path in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)
     ]
     manifest = tree.manifest
+    partial = messages.partial(tree)
+    if partial:
+        problems.insert(0, partial["detail"])
     if tree.manifest_problem:
         problems.append(tree.manifest_problem)
     elif manifest is None:
+        carrying = [f.relpath for f in tree.files if f.state == PATCHED]
         problems.append(
-            f"no manifest at {store.manifest_path(tree.sglang_dir)}: the overlay is not applied here"
+            f"no manifest at {store.manifest_path(tree.sglang_dir)}: "
+            + (
+                f"the record is missing although {len(carrying)} file(s) carry the overlay's lines"
+                if carrying
+                else "the overlay is not applied here"
+            )
         )
     for f in tree.files:
         if f.state != PATCHED:
@@ -212,11 +231,12 @@ def _verify(sglang_dir, allow_unverified) -> dict:
             f"the manifest records release {manifest.get('release')}, the files are {tree.release}"
         )
     if tree.release is not None and tree.fingerprint and not allow_unverified:
-        problems.append(_fingerprint_refusal(tree.release, tree.fingerprint))
+        problems.append(messages.fingerprint_refusal(tree.release, tree.fingerprint))
     return {
         "action": "verify",
         "ok": not problems,
         "problems": problems,
+        "partial": partial,
         "sglang_dir": str(tree.sglang_dir),
         "release": tree.release,
         "unverified_files": tree.unverified_files(),
@@ -239,9 +259,10 @@ def revert(sglang_dir, *, lock_timeout_s=lock.DEFAULT_TIMEOUT_S) -> dict:
 def _revert(sglang_dir) -> dict:
     tree = _Tree(sglang_dir)
     if all(f.state == MISSING for f in tree.files):
-        raise OverlayError(
-            f"refusing to revert {tree.sglang_dir}; no file was changed:\n    - "
-            + "\n    - ".join(_missing_refusal(f) for f in tree.files),
+        if all(f.detail == NO_FILE for f in tree.files):
+            raise messages.not_sglang(tree.sglang_dir, tree.files, tree.declared)
+        raise messages.refusal(
+            "revert", tree.sglang_dir, [messages.missing(f) for f in tree.files],
             "pass --sglang-dir with the `sglang` package directory the overlay patched",
         )
     leftovers = store.remove_leftovers(tree.sglang_dir, TARGET_FILES)
@@ -266,35 +287,31 @@ def _revert(sglang_dir) -> dict:
         else:
             refusals.append(
                 f"{f.relpath}: {f.detail} (sha256 {f.sha256}). It changed after the overlay patched it; "
-                "reinstall SGLang's file (pip install --force-reinstall --no-deps sglang==<release>)"
+                f"reinstall SGLang's file ({messages.REINSTALL.format(release='<release>')})"
             )
     if refusals:
-        raise OverlayError(
-            f"refusing to revert {tree.sglang_dir}; no file was changed"
-            + _leftovers_note(leftovers, False)
-            + ":\n    - "
-            + "\n    - ".join(refusals),
-            "see each file above",
+        raise messages.refusal(
+            "revert", tree.sglang_dir, refusals, "see each file above", messages.leftovers_note(leftovers, False)
         )
-    written = []
-    try:
-        for f, data in restores:
-            store.write_module(f.path, data)
-            written.append(f)
-    except OSError as err:
-        restored = _restore_written(written)
-        raise OverlayError(
-            f"reverting failed while writing ({err}); " + ("; ".join(restored) or "no file was changed"),
-            "fix the cause (disk space, permissions, read-only file system) and run revert again",
-        ) from err
-    removed = not left and store.remove_state_dir(tree.sglang_dir)
+    by_path = {f.relpath: (f, data) for f, data in restores}
+    steps = [
+        writes.Step(rel, by_path[rel][0].path, by_path[rel][1], module=True) for rel in writes.revert_order(by_path)
+    ]
+    record_removed = []  # `then` runs after the last restore, with signals still held
+    late_signal = writes.run(
+        "revert", steps, sglang_dir=tree.sglang_dir, created_record=False,
+        then=None if left else lambda: record_removed.append(store.remove_state_dir(tree.sglang_dir)),
+    )
+    removed = any(record_removed)
     message = f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert"
     if left:
+        record = store.state_dir(tree.sglang_dir)
+        kept = f"; the record folder {record} is kept (it may hold the saved pristine copies)"
         message += (
             "; NOT complete, left as is: " + "; ".join(left) + ". Reinstall SGLang's file(s) "
-            "(pip install --force-reinstall --no-deps sglang==<release>); the record folder "
-            f"{store.state_dir(tree.sglang_dir)} is kept (it may hold the saved pristine copies)"
+            f"({messages.REINSTALL.format(release='<release>')})" + (kept if record.exists() else "")
         )
+    message += _late_signal_note(late_signal, "revert")
     return {
         "action": "revert",
         "sglang_dir": str(tree.sglang_dir),
@@ -306,7 +323,7 @@ def _revert(sglang_dir) -> dict:
         "files": [
             {"relpath": rel, "action": action, "source": source} for rel, (action, source) in actions.items()
         ],
-        "message": message + _leftovers_note(leftovers, False),
+        "message": message + messages.leftovers_note(leftovers, False),
     }
 
 
@@ -355,6 +372,7 @@ def status(sglang_dir) -> dict:
         "manifest_path": str(store.manifest_path(tree.sglang_dir)),
         "manifest": tree.manifest,
         "manifest_problem": tree.manifest_problem,
+        "partial": messages.partial(tree),
         "files": [f.as_json() for f in tree.files],
     }
 
@@ -372,7 +390,7 @@ class _Tree:
         known = [f.releases for f in self.files if f.releases]
         common = frozenset.intersection(*known) if known else frozenset()
         self.release = (
-            self.declared if self.declared in common else max(common, key=_version_key) if common else None
+            self.declared if self.declared in common else max(common, key=version_key) if common else None
         )
         # the files the hooks rely on besides the three patched ones, where they differ from the release's
         self.fingerprint = fingerprint.mismatches(self.sglang_dir, self.release) if self.release else []
@@ -381,13 +399,19 @@ class _Tree:
         return [f.relpath for f in self.files if f.unverified]
 
     def release_label(self) -> str:
-        """What the messages call the installation: the release, and every file that is unverified."""
+        """What the messages call the installation: the release, every target file that is unverified and
+        every fingerprint file that is not the release's."""
         label = self.release or "(release unidentified)"
         unverified = self.unverified_files()
         if unverified:
             label += (
                 f", UNVERIFIED: {', '.join(unverified)} (matches no known release; "
                 "accepted with --allow-unverified)"
+            )
+        if self.fingerprint:
+            label += (
+                f", UNVERIFIED: {', '.join(m.relpath for m in self.fingerprint)} (not as SGLang {self.release} "
+                "ships it; the hooks rely on it; apply and verify need --allow-unverified)"
             )
         return label
 
@@ -438,73 +462,3 @@ def _existing_dir(sglang_dir) -> pathlib.Path:
             "pass the `sglang` package directory (the folder that holds srt/)",
         )
     return path
-
-
-def _leftovers_note(leftovers: list, dry_run: bool) -> str:
-    if not leftovers:
-        return ""
-    verb = "would remove" if dry_run else "removed"
-    return f"; {verb} {len(leftovers)} temp file(s) a killed run left: " + ", ".join(leftovers)
-
-
-def _restore_written(written: list) -> list:
-    """Put back the bytes each written file had before; returns what happened to each, for the message."""
-    outcomes = []
-    for f in reversed(written):
-        try:
-            store.write_module(f.path, f.data)
-            outcomes.append(f"restored {f.relpath} to its previous bytes")
-        except OSError as err:
-            outcomes.append(f"COULD NOT restore {f.relpath} ({err}); reinstall SGLang")
-    return outcomes
-
-
-def _missing_refusal(f) -> str:
-    if f.detail != NO_FILE:
-        return (
-            f"{f.relpath}: {f.detail} ({f.path}). Move it away and reinstall SGLang's file "
-            "(pip install --force-reinstall --no-deps sglang==<release>)"
-        )
-    return (
-        f"{f.relpath}: {f.detail} ({f.path}). This is not an SGLang installation the overlay supports "
-        f"({', '.join(RELEASES)}); pass --sglang-dir with the right `sglang` package directory, or reinstall SGLang"
-    )
-
-
-def _unknown_refusal(f, declared, likely=None) -> str:
-    """`likely`: the release the tree's other target files are, if they agree on one."""
-    expected = expected_hashes(f.relpath)
-    named = declared if declared in expected else likely if likely in expected else None
-    shown = {named: expected[named]} if named else dict(reversed(list(expected.items())))
-    return (
-        f"{f.relpath}: sha256 {f.sha256} matches no known release (expected "
-        + ", ".join(f"{sha} for SGLang {release}" for release, sha in shown.items())
-        + f"; the installation declares version {declared or 'unknown'}). Reinstall the pristine file "
-        f"(pip install --force-reinstall --no-deps sglang=={next(iter(shown))}), or, if you have checked "
-        "that this content is compatible, rerun with --allow-unverified"
-    )
-
-
-def _fingerprint_refusal(release: str, mismatches: list) -> str:
-    return (
-        f"the three patched files are SGLang {release}'s, but files whose behaviour the overlay's hooks rely "
-        f"on are not: " + "; ".join(m.describe(release) for m in mismatches) + ". Reinstall SGLang "
-        f"(pip install --force-reinstall --no-deps sglang=={release}), or, if you have checked that the "
-        "changed files keep what the hooks rely on (patcher/releases.py says what each file is for), rerun "
-        "with --allow-unverified: it is recorded in the manifest and `verify` then needs it too"
-    )
-
-
-def _likeness_line(tree) -> str:
-    observed = {f.relpath: (f.base_sha256 if f.data is not None else None) for f in tree.files}
-    like = fingerprint.closest_release(tree.sglang_dir, observed, tree.declared)
-    return (
-        f"this tree (declared version {tree.declared or 'unknown'}) is none of the supported releases "
-        f"({', '.join(RELEASES)}): {like.describe()}. A release between the supported ones, a nightly or "
-        "a tree whose hook structure moved needs its own entry in patcher/releases.py (and checked hooks); "
-        "--allow-unverified patches it anyway where the hook points are found, recorded as unverified"
-    )
-
-
-def _version_key(release: str):
-    return tuple(int(part) if part.isdigit() else -1 for part in release.split("."))

@@ -28,6 +28,7 @@ method or parameter list is an argument, not a new template).
 import ast
 from dataclasses import dataclass
 
+from replayssm_overlay import WHEEL_PATTERN
 from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
 
 HOOKS = b"_rso_hooks"  # the module-level name every inserted call site reads (None: the package failed)
@@ -35,7 +36,7 @@ UNAVAILABLE_MESSAGE = (  # one Python string literal, %r is the import error
     b'"replayssm-overlay: the replayssm_overlay package is not importable (%r), so this file runs '
     b"SGLang's own code (DFLASH/DSPARK with --enable-linear-replayssm-spec on GDN models is refused as "
     b"in stock SGLang); fix: install the replayssm-overlay wheel into this Python "
-    b'(pip install --no-deps replayssm_overlay-*.whl), or reinstall sglang to drop the patch"'
+    b"(pip install --no-deps " + WHEEL_PATTERN.encode() + b'), or reinstall sglang to drop the patch"'
 )
 GUARD_HOOK = b"(" + HOOKS + b" is None or " + HOOKS + b".keep_kda_only_guard(self))"
 #: `KVCacheConfigurator` methods that build a pool without the KDA-only guard -> the builder name the

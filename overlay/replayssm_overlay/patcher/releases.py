@@ -114,6 +114,11 @@ FINGERPRINTS = {
 }
 
 
+def version_key(release: str) -> tuple:
+    """A release string as a sortable tuple ("0.5.24.dev3" sorts after "0.5.23")."""
+    return tuple(int(part) if part.isdigit() else -1 for part in release.split("."))
+
+
 def releases_with(relpath: str, sha256: str) -> set:
     """The known releases whose pristine `relpath` has this sha256 (empty if none)."""
     return {release for release, files in RELEASES.items() if files.get(relpath) == sha256}

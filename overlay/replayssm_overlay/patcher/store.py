@@ -14,7 +14,7 @@ import json
 import pathlib
 import shutil
 
-from replayssm_overlay.cliutil import TEMP_SUFFIX, atomic_write, atomic_write_json, temp_files_of
+from replayssm_overlay.cliutil import TEMP_SUFFIX, atomic_write, temp_files_of
 from replayssm_overlay.errors import OverlayError, from_os_error
 
 STATE_DIR_NAME = "sglang-replayssm-overlay"
@@ -69,10 +69,9 @@ def read_manifest(sglang_dir: pathlib.Path):
     return manifest, None
 
 
-def write_manifest(sglang_dir: pathlib.Path, manifest: dict) -> None:
-    path = manifest_path(sglang_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, manifest)
+def manifest_bytes(manifest: dict) -> bytes:
+    """The manifest as the record holds it (JSON, sorted keys, a final newline)."""
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
 
 
 def read_pristine_copy(sglang_dir: pathlib.Path, relpath: str):
@@ -92,8 +91,8 @@ def read_pristine_copy(sglang_dir: pathlib.Path, relpath: str):
         raise from_os_error(err, f"read the saved pristine copy of {relpath},", path) from err
 
 
-def save_pristine_copy(sglang_dir: pathlib.Path, relpath: str, data: bytes) -> None:
-    path = pristine_copy_path(sglang_dir, relpath)
+def write_record_file(path: pathlib.Path, data: bytes) -> None:
+    """Atomically write a file of the record folder (the manifest, a pristine copy), making its folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, data)
 
