@@ -25,6 +25,7 @@ case "${1:-test}" in
      exit 2 ;;
 esac
 missing=()
+need+=(prometheus prometheus-alertmanager prometheus-node-exporter)  # monitoring tests: promtool, real daemons
 for p in "${need[@]}"; do
   [[ " ${missing[*]} " == *" $p "* ]] && continue
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
