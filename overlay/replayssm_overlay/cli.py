@@ -24,6 +24,7 @@ from replayssm_overlay.aot.cli import add_build
 from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
 from replayssm_overlay.errors import OverlayError, from_os_error
 from replayssm_overlay.kernels.cli import register as register_kernels
+from replayssm_overlay.metrics_cli import register as register_metrics
 from replayssm_overlay.patcher.lock import DEFAULT_TIMEOUT_S
 from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES
 from replayssm_overlay.patcher.target import find_sglang_dir
@@ -34,6 +35,7 @@ examples:
   replayssm-overlay apply --dry-run     # check files and hook points only
   replayssm-overlay apply && replayssm-overlay verify
   replayssm-overlay revert --sglang-dir /venv/lib/python3/site-packages/sglang
+  replayssm-overlay metrics             # fold in use, self-check, fallbacks as Prometheus text
 
 exit codes: 0 ok, 1 a check failed (verify; status of a partially patched tree;
 revert that could not restore every file), 2 usage error, environment error,
@@ -221,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     status.set_defaults(handler=_status)
+    register_metrics(sub, common, lambda args: status_report(_target(args)))
     register_kernels(sub, add_build)
     return parser
 
@@ -304,13 +307,19 @@ def _diff(args) -> int:
     return EXIT_OK
 
 
-def _status(args) -> int:
-    target = _target(args)
-    result = patcher.status(target)
-    result["protocol"] = protocol.of_tree(target)
+def status_report(sglang_dir) -> dict:
+    """What `status --json` prints: the patcher's report, the tree's protocol, the fold kernels, the self-check
+    records and what commits (exactness)."""
+    result = patcher.status(sglang_dir)
+    result["protocol"] = protocol.of_tree(sglang_dir)
     result["kernels"] = fold.describe()
     result["selfcheck"] = selfcheck.read_records()
     result["exactness"] = _exactness(result)
+    return result
+
+
+def _status(args) -> int:
+    result = status_report(_target(args))
     kernels = ("(not used on this release) " if result["protocol"] == protocol.RING else "") + ", ".join(
         f"{k}={v}" for k, v in result["kernels"].items())
     rows = [("FILE", "STATE", "RELEASE", "SHA256")] + [

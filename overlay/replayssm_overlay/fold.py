@@ -38,6 +38,8 @@ ENV_FOLD = "RSO_FOLD"
 _MODES = ("auto", "triton", "sglang")
 _RETIRED = {"overlay": "RSO_FOLD=overlay was retired with the prebuilt Triton binaries; RSO_FOLD=triton is the "
                        "overlay's Triton kernel, compiled by Triton, and auto the CUDA kernel"}
+#: every fold `chosen()` can name (`metrics.py` reports each as a 0/1 gauge, always present)
+FOLDS = ("overlay-cuda", "overlay-triton", "sglang")
 
 logger = logging.getLogger("replayssm_overlay.fold")
 _lock = threading.Lock()

@@ -3,8 +3,10 @@
 One run: probe the server (SGLang? speculation on?), generate greedily for every prompt, measure
 acceptance per class (cross-checked with /metrics), re-score the outputs teacher-forced, compare token
 ids with a reference server or a golden file, apply the model's thresholds, write report.json,
-junit.xml and a plot, print a table. Exit 0: every gate passed; 1: a gate failed; 2: usage or
-environment error (nothing is then reported as a pass).
+junit.xml and a plot (and, with --prom-out, the result as Prometheus text for a periodic job), print a
+table. `--check-inputs` only validates the prompts and thresholds files (and the model's baseline) without
+a server, as the deploy role does before it installs the periodic job. Exit 0: every gate passed (inputs
+valid); 1: a gate failed; 2: usage or environment error (nothing is then reported as a pass).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import time
 
 from replayssm_overlay.cliutil import EXIT_OK, EXIT_USAGE, print_json
 
-from . import __version__, acceptance, exactness, gates, golden, metrics, parity_mode, report, runner, server, thresholds
+from replayssm_overlay.promtext import parse_labels
+
+from . import __version__, acceptance, exactness, gates, golden, metrics, parity_mode, prom, report, runner, server
+from . import thresholds
 from .errors import SmokeEnvironmentError
 from .prompts import load_prompts
 
@@ -29,6 +34,10 @@ examples:
       # node1:30001 = the same command line without --enable-linear-replayssm-spec: strict parity
   replayssm-smoke --target http://ref:30000 --record golden.json      # record once, from a reference server
   replayssm-smoke --target http://node1:30000 --golden golden.json --json
+  replayssm-smoke --target http://127.0.0.1:30000 --no-metrics-gate --prom-out /var/lib/node-exporter/smoke.prom
+      # the periodic job on a serving node (deploy role sglang_monitor)
+  replayssm-smoke --check-inputs --prompts mine.jsonl --thresholds t.yaml --model /models/Qwen3.5-35B-A3B \
+      --algorithm DFLASH --require-baseline      # validate files, no server
 
 exit codes: 0 every gate passed, 1 a gate failed, 2 usage or environment error
 (unreachable or non-SGLang server, speculation off, malformed response, bad prompts/thresholds file).
@@ -43,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--target", required=True, metavar="URL", help="the speculative SGLang server, http://HOST:PORT")
+    p.add_argument("--target", metavar="URL", help="the speculative SGLang server, http://HOST:PORT (required "
+                   "unless --check-inputs)")
     side = p.add_mutually_exclusive_group()
     side.add_argument("--reference", metavar="URL",
                       help="the same model served with the target's algorithm and ReplaySSM off (strict parity), "
@@ -80,10 +90,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=0.0, metavar="S",
                    help="wait up to S seconds for /health to answer 200 (default: check once)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    watch = p.add_argument_group("periodic runs (a job on a serving node, watched by Prometheus)")
+    watch.add_argument("--prom-out", metavar="FILE",
+                       help="also write the result as Prometheus text to FILE, atomically (node_exporter's "
+                            "textfile collector; name it *.prom); written on exit 1 and 2 too")
+    watch.add_argument("--prom-label", action="append", metavar="KEY=VALUE",
+                       help="a label put on every --prom-out sample (repeatable), e.g. service=sglang-overlay")
+    watch.add_argument("--no-metrics-gate", action="store_true",
+                       help="report the /metrics cross-check without gating on it (on a node that serves traffic "
+                            "the server-wide counters move with every other request)")
+    check = p.add_argument_group("--check-inputs: validate the files, contact no server")
+    check.add_argument("--check-inputs", action="store_true",
+                       help="parse the prompts and the thresholds, pick the profile for --model, and exit")
+    check.add_argument("--model", action="append", metavar="NAME",
+                       help="model path or served name to pick the profile for (repeatable)")
+    check.add_argument("--algorithm", metavar="NAME", help="speculative algorithm to pick the profile for")
+    check.add_argument("--require-baseline", action="store_true",
+                       help="error unless the profile has a baseline_accept_length for every class with prompts")
     return p
 
 
 def _validate(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not args.target and not args.check_inputs:
+        p.error("--target is required (unless --check-inputs)")
+    if args.prom_out and (args.record or args.check_inputs):
+        p.error("--prom-out goes with a smoke run, not with --record or --check-inputs")
+    if (args.model or args.algorithm or args.require_baseline) and not args.check_inputs:
+        p.error("--model, --algorithm and --require-baseline go with --check-inputs")
+    if args.require_baseline and not args.model:
+        p.error("--require-baseline needs --model (the baseline is the model's profile's)")
+    try:
+        args.prom_labels = parse_labels(args.prom_label)
+    except ValueError as exc:
+        p.error(f"--prom-label {exc}")
     if args.top_logprobs < 2:
         p.error("--top-logprobs must be at least 2")
     if args.concurrency < 1 or args.concurrency > 64:
@@ -157,6 +196,23 @@ def record(args, progress: Progress) -> dict:
     return {"recorded": args.record, "prompts": len(gens), "server": info.summary()}
 
 
+def check_inputs(args) -> dict:
+    """--check-inputs: the prompts and thresholds parse, and (with --model) the profile the model gets,
+    with a baseline for every class when --require-baseline; raises SmokeEnvironmentError otherwise."""
+    prompts = _load_prompts(args)
+    classes = {p.cls for p in prompts}
+    th_source, profiles = thresholds.load_profiles(args.thresholds)
+    result = {"prompts": len(prompts), "classes": sorted(classes), "thresholds": th_source, "profile": None}
+    if args.model:
+        names = [*args.model, *(m.rstrip("/").rsplit("/", 1)[-1] for m in args.model)]
+        profile = thresholds.select_profile(th_source, profiles, names, args.algorithm)
+        profile = thresholds.check_classes(th_source, profile, classes, args.thresholds is not None)
+        if args.require_baseline:
+            thresholds.require_baseline(th_source, profile, classes, args.model[0])
+        result.update(profile=profile.name, baseline_accept_length=profile.baseline_accept_length)
+    return result
+
+
 def run(args, progress: Progress) -> dict:
     """The whole check; returns report.json's body (`report.finished_run`; raises SmokeEnvironmentError
     for exit 2).
@@ -195,7 +251,8 @@ def run(args, progress: Progress) -> dict:
     rows, per_class = acceptance.aggregate(gens, url)
     overall = acceptance.summarize(rows)
     acc = {cls: acceptance.gate(cls, stats, profile.acceptance.get(cls)) for cls, stats in per_class.items()}
-    cross = metrics.cross_check(before, after, overall["token_weighted_accept_length"], profile.metrics_max_relative_diff)
+    cross = metrics.cross_check(before, after, overall["token_weighted_accept_length"],
+                                None if args.no_metrics_gate else profile.metrics_max_relative_diff)
     cross["server_info_avg_spec_accept_length"] = server.probe(url, args.timeout).avg_spec_accept_length()
 
     if args.tie_margin is not None:
@@ -235,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     _validate(parser, args)
     progress = Progress(args.quiet)
     started = time.time()
+    if args.check_inputs:
+        return _check_inputs_main(args)
     if args.record:
         try:
             done = record(args, progress)
@@ -255,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         body = report.stopped_run(exc, args.target)
         if args.json:  # the table on stdout carries the message otherwise
             print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
-    doc = report.document(body, started, time.time())
+    finished = time.time()
+    doc = report.document(body, started, finished)
     if body.get("error") and not os.path.isdir(args.out):
         # a run stopped by its environment (an unreachable target, say) creates no folder; an existing one
         # gets the error report, so an older report there can never read as this run's pass
@@ -268,11 +328,34 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"replayssm-smoke: error: cannot write the report to {args.out}: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if args.prom_out:  # written on every outcome: a stopped run must read as a failure, never as stale data
+        try:
+            prom.write(args.prom_out, doc, finished, args.prom_labels)
+            progress(f"wrote {args.prom_out}")
+        except OSError as exc:
+            print(f"replayssm-smoke: error: cannot write --prom-out {args.prom_out}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if args.json:
         print_json(doc, sort_keys=False)
     else:
         sys.stdout.write(report.table(doc))
     return doc["exit_code"]
+
+
+def _check_inputs_main(args) -> int:
+    try:
+        done = check_inputs(args)
+    except SmokeEnvironmentError as exc:
+        print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        print_json(done, sort_keys=False, indent=None)
+    else:
+        chosen = (f"; profile {done['profile']!r} for {args.model[0]}, baseline for "
+                  f"{', '.join(sorted(done['baseline_accept_length'])) or 'no class'}") if done["profile"] else ""
+        print(f"inputs OK: {done['prompts']} prompts in classes {', '.join(done['classes'])}; "
+              f"thresholds {done['thresholds']}{chosen}")
+    return EXIT_OK
 
 
 if __name__ == "__main__":

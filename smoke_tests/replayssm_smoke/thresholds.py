@@ -1,7 +1,9 @@
 """Per-model gates from a thresholds YAML (built in, or --thresholds FILE), validated before any request.
 
 The profile is picked by glob on the served model's path/name (first match wins) and, optionally, the
-speculative algorithm. A user file that sets thresholds for a class with no prompts is an error: a gate
+speculative algorithm. A profile may also hold the model's measured accept length per class
+(`baseline_accept_length`): not a gate, the reference the fleet's alerts compare the periodic smoke and the
+live traffic with (`prom.py`, deploy/monitoring). A user file that sets thresholds for a class with no prompts is an error: a gate
 that silently checks nothing must not read as a pass. PyYAML is imported when a file is read, not with
 the module, so `replayssm-smoke --help` works without it and a run without it is a clear exit 2.
 """
@@ -19,7 +21,8 @@ from .errors import SmokeEnvironmentError
 
 BUILTIN = "builtin:thresholds.yaml"
 CLASS_KEYS = {"min_mean_accept_length", "min_p10_accept_length"}
-PROFILE_KEYS = {"name", "match", "algorithms", "how_measured", "acceptance", "metrics_max_relative_diff", "tie_margin"}
+PROFILE_KEYS = {"name", "match", "algorithms", "how_measured", "acceptance", "metrics_max_relative_diff", "tie_margin",
+                "baseline_accept_length"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class Profile:
     acceptance: dict[str, dict[str, float]] = field(default_factory=dict)
     metrics_max_relative_diff: float | None = None
     tie_margin: float | None = None
+    baseline_accept_length: dict[str, float] = field(default_factory=dict)
 
     def matches(self, names: list[str], algorithm: str | None) -> bool:
         if self.algorithms is not None and (algorithm or "").upper() not in self.algorithms:
@@ -67,6 +71,11 @@ def _profile(source: str, index: int, raw) -> Profile:
             raise SmokeEnvironmentError(f"{where}: acceptance.{cls} must set some of {sorted(CLASS_KEYS)}",
                                         "e.g. code: {min_mean_accept_length: 2.0}")
         acceptance[str(cls)] = {k: _number(v, f"{where}: acceptance.{cls}.{k}") for k, v in gates.items()}
+    baseline_raw = raw.get("baseline_accept_length") or {}
+    if not isinstance(baseline_raw, dict):
+        raise SmokeEnvironmentError(f"{where}: 'baseline_accept_length' must map class -> accept length",
+                                    "e.g. baseline_accept_length: {code: 3.1, prose: 2.4}")
+    baseline = {str(cls): _number(v, f"{where}: baseline_accept_length.{cls}") for cls, v in baseline_raw.items()}
     diff, tie = raw.get("metrics_max_relative_diff"), raw.get("tie_margin")
     return Profile(
         name=str(raw.get("name") or f"profiles[{index}]"),
@@ -76,6 +85,7 @@ def _profile(source: str, index: int, raw) -> Profile:
         acceptance=acceptance,
         metrics_max_relative_diff=None if diff is None else _number(diff, f"{where}: metrics_max_relative_diff"),
         tie_margin=None if tie is None else _number(tie, f"{where}: tie_margin"),
+        baseline_accept_length=baseline,
     )
 
 
@@ -122,4 +132,18 @@ def check_classes(source: str, profile: Profile, prompt_classes: set[str], user_
             "add prompts of that class (--add-prompts) or remove those thresholds",
         )
     kept = {cls: gates for cls, gates in profile.acceptance.items() if cls in prompt_classes}
-    return dataclasses.replace(profile, acceptance=kept)
+    baseline = {cls: value for cls, value in profile.baseline_accept_length.items() if cls in prompt_classes}
+    return dataclasses.replace(profile, acceptance=kept, baseline_accept_length=baseline)
+
+
+def require_baseline(source: str, profile: Profile, prompt_classes: set[str], model: str) -> None:
+    """Refuse a profile without a baseline accept length for every class the prompts have: the fleet's
+    acceptance alerts compare with it, and a class without one would be watched by nothing."""
+    missing = sorted(prompt_classes - set(profile.baseline_accept_length))
+    if missing:
+        raise SmokeEnvironmentError(
+            f"{source}: profile {profile.name!r} (model {model!r}) has no baseline_accept_length for class(es) "
+            f"{missing}: the acceptance alerts have nothing to compare with",
+            "measure it on a node known to be good (replayssm-smoke --target URL --json; each class's "
+            "acceptance.<class>.mean_accept_length) and add baseline_accept_length: {<class>: <value>, ...} to "
+            "that profile, or use a thresholds file whose profile for this model has one")

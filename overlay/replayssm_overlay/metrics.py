@@ -1,0 +1,77 @@
+"""What `replayssm-overlay status --json` knows about a serving node, as facts a fleet can watch:
+`replayssm-overlay metrics` prints them as Prometheus text (for node_exporter's textfile collector) or
+as JSON (`make fleet-status` reads that).
+
+Why a separate view of the status: the failures that matter in production leave outputs correct and
+only cost speed (a node whose self-check switched it to SGLang's fold, a commit shape no prebuilt kernel
+covers), and an alert needs each as one number. `facts(status)` reduces the status document to them:
+the fold every live serving process commits with (from its self-check record, so it is the decision the
+server made, not what this separate process would pick), the self-check outcomes, the commit shapes that
+fell back to SGLang's fold, and the versions. `exposition(facts)` renders them; the fold in use is one
+0/1 gauge per kind, every known kind always present, so a switch to SGLang's fold is
+`replayssm_overlay_fold_in_use{fold="sglang"} == 1`. Standard library only: it runs inside the serving
+container next to SGLang, from a periodic job.
+"""
+
+from __future__ import annotations
+
+from replayssm_overlay import fold
+from replayssm_overlay.promtext import Exposition
+
+#: the fold kind reported when no live serving process has recorded one (no server started a GDN
+#: ReplaySSM pool on this node, or its records are gone)
+NO_FOLD = "none"
+
+
+def facts(status: dict) -> dict:
+    """The watched facts of a `status --json` document (schema in `metrics --help`)."""
+    live = [r for r in status.get("selfcheck") or [] if r.get("alive") and "problem" not in r]
+    in_use = sorted({(r.get("fold") or {}).get("fold") or "unknown" for r in live})
+    outcomes: dict[str, int] = {}
+    for record in live:
+        outcomes[record.get("outcome") or "unknown"] = outcomes.get(record.get("outcome") or "unknown", 0) + 1
+    kernels = status.get("kernels") or {}
+    shapes = sorted({f.get("shape") for f in kernels.get("fallbacks_recorded") or [] if f.get("shape")})
+    return {
+        "overlay_version": status.get("overlay_version"),
+        "sglang_release": status.get("release"),
+        "sglang_declared_version": status.get("declared_version"),
+        "patch_state": status.get("state"),
+        "unverified": bool(status.get("unverified")),
+        "fold_in_use": in_use or [NO_FOLD],
+        "fold_expected": kernels.get("fold"),
+        "serving_processes": len(live),
+        "selfcheck_outcomes": outcomes,
+        "unreadable_records": sum(1 for r in status.get("selfcheck") or [] if "problem" in r),
+        "fallback_shapes": shapes,
+    }
+
+
+def exposition(found: dict, labels: dict[str, str] | None = None) -> str:
+    """Prometheus text of `facts(...)`, every sample carrying `labels` (e.g. the service)."""
+    out = Exposition(labels)
+    out.add("replayssm_overlay_info", "gauge",
+            "The overlay on this node: versions and patch state in the labels (value always 1).", 1,
+            overlay_version=found["overlay_version"] or "", sglang_release=found["sglang_release"] or "unknown",
+            sglang_version=found["sglang_declared_version"] or "unknown", patch_state=found["patch_state"] or "",
+            unverified=str(found["unverified"]).lower())
+    for kind in sorted({*fold.FOLDS, NO_FOLD, *found["fold_in_use"]}):
+        out.add("replayssm_overlay_fold_in_use", "gauge",
+                "1 for each fold a live serving process commits with (its self-check record); "
+                f'fold="{NO_FOLD}" when no serving process has recorded one.', int(kind in found["fold_in_use"]),
+                fold=kind)
+    out.add("replayssm_overlay_serving_processes", "gauge",
+            "Live serving processes that ran the self-check before serving.", found["serving_processes"])
+    for outcome, count in sorted(found["selfcheck_outcomes"].items()):
+        out.add("replayssm_overlay_selfcheck_processes", "gauge",
+                "Live serving processes per self-check outcome (passed, mismatch, error, not-covered, sglang-fold).",
+                count, outcome=outcome)
+    out.add("replayssm_overlay_unreadable_records", "gauge",
+            "Self-check records on this node that could not be read.", found["unreadable_records"])
+    out.add("replayssm_overlay_fallback_shapes", "gauge",
+            "Commit shapes live serving processes ran with SGLang's fold (no prebuilt kernel covers them).",
+            len(found["fallback_shapes"]))
+    for shape in found["fallback_shapes"]:
+        out.add("replayssm_overlay_fallback_shape", "gauge",
+                "1 per commit shape that runs SGLang's fold, named in the label.", 1, shape=shape)
+    return out.render()
