@@ -5,6 +5,8 @@
 #   make fleet-status  INVENTORY=path   table of what runs where; STATUS_JSON=file also writes JSON
 #                                       (`make patch-status` is the overlay's patch of .venv's SGLang)
 #   make deploy-smoke  INVENTORY=path   health + smoke gate against every node (nothing changes)
+#   make deploy-monitor INVENTORY=path  install the node jobs Prometheus watches (overlay facts, periodic smoke)
+#   make deploy-alerts INVENTORY=path PROMETHEUS_RULES_DIR=dir   rules (+ dashboard) on the Prometheus hosts
 #   make deploy-lint                    ansible-lint (production profile) + --syntax-check of every playbook
 # Options: LIMIT=host-pattern   SERIAL='[1,"25%"]' (batches; JSON list)   ANSIBLE_ARGS='-e k=v ...'
 RSO_DEPLOY_DIR      := deploy
@@ -15,6 +17,7 @@ INVENTORY           ?=
 LIMIT               ?=
 SERIAL              ?=
 STATUS_JSON         ?=
+PROMETHEUS_RULES_DIR ?=
 ANSIBLE_ARGS        ?=
 
 rso_need_inventory = $(if $(INVENTORY),,$(error INVENTORY is not set: make $@ INVENTORY=path/to/inventory (see deploy/inventories/example)))$(if $(wildcard $(INVENTORY)),,$(error INVENTORY=$(INVENTORY) does not exist: give the path of an inventory file or folder (see deploy/inventories/example)))
@@ -22,7 +25,7 @@ rso_playbook = ANSIBLE_CONFIG=$(RSO_DEPLOY_DIR)/ansible.cfg $(ANSIBLE_PLAYBOOK) 
 	$(if $(LIMIT),--limit '$(LIMIT)') $(if $(SERIAL),-e '{"sglang_rollout_serial": $(SERIAL)}') \
 	$(ANSIBLE_ARGS) $(RSO_DEPLOY_DIR)/playbooks/$(1)
 
-.PHONY: deploy preflight rollback fleet-status deploy-smoke deploy-lint
+.PHONY: deploy preflight rollback fleet-status deploy-smoke deploy-monitor deploy-alerts deploy-lint
 deploy: ## roll the overlay image out: preflight, distribute, canary then batches (INVENTORY=...)
 	$(rso_need_inventory)
 	$(call rso_playbook,deploy.yml)
@@ -42,6 +45,14 @@ fleet-status: ## what each node runs, as a table (INVENTORY=..., STATUS_JSON=fil
 deploy-smoke: ## health + smoke gate against every node, nothing changes (INVENTORY=...)
 	$(rso_need_inventory)
 	$(call rso_playbook,smoke.yml)
+
+deploy-monitor: ## install the node jobs Prometheus watches: overlay facts, periodic smoke (INVENTORY=...)
+	$(rso_need_inventory)
+	$(call rso_playbook,monitor.yml)
+
+deploy-alerts: ## install the alert rules (checked by promtool) and dashboard on the Prometheus hosts (INVENTORY=... PROMETHEUS_RULES_DIR=...)
+	$(rso_need_inventory)
+	$(call rso_playbook,alerts.yml) $(if $(PROMETHEUS_RULES_DIR),-e sglang_alerts_rules_dir=$(abspath $(PROMETHEUS_RULES_DIR)))
 
 deploy-lint: ## ansible-lint (production profile) and --syntax-check of every playbook
 	cd $(RSO_DEPLOY_DIR) && $(ANSIBLE_LINT) --profile production

@@ -19,12 +19,13 @@ be scraped under the same host (the part of `instance` before the port), which i
 Every alert that fires because data is missing or stale says so (category "missing-data", a summary that
 starts with "Missing data:"); the others compare data that is there, so an absent series fires nothing.
 
-    python3 deploy/monitoring/alert_rules.py [--set KEY=VALUE ...] [--out FILE]
+    python3 deploy/monitoring/alert_rules.py [--set KEY=VALUE ...] [--settings JSON] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -242,13 +243,17 @@ def main(argv: list[str] | None = None) -> int:
         description="Print the ReplaySSM fleet's Prometheus rules (recording rules and alerts). Settings and "
         "defaults: " + ", ".join(f"{k}={v}" for k, v in DEFAULTS.items()) + ".")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
+    parser.add_argument("--settings", metavar="JSON", help="settings to override as one JSON object (the playbook's way)")
     parser.add_argument("--out", help="write to this file instead of stdout")
     args = parser.parse_args(argv)
     try:
         bad = [item for item in args.set if "=" not in item]
         if bad:
             raise ValueError(f"--set takes KEY=VALUE, got {', '.join(bad)}")
-        text = render(dict(item.split("=", 1) for item in args.set))
+        overrides = json.loads(args.settings) if args.settings else {}
+        if not isinstance(overrides, dict):
+            raise ValueError(f"--settings must be a JSON object, got {args.settings}")
+        text = render({**overrides, **dict(item.split("=", 1) for item in args.set)})
     except ValueError as err:
         print(f"alert_rules: {err}", file=sys.stderr)
         return 2
