@@ -293,18 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(args.quiet)
     started = time.time()
     if args.check_inputs:
-        return _check_inputs_main(args)
+        return _one_shot(args, lambda: check_inputs(args), lambda done: _describe_inputs(args, done))
     if args.record:
-        try:
-            done = record(args, progress)
-        except SmokeEnvironmentError as exc:
-            print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
-            return exc.exit_code
-        if args.json:
-            print_json(done, sort_keys=False, indent=None)
-        else:
-            print(f"recorded {done['prompts']} prompts to {done['recorded']}")
-        return EXIT_OK
+        return _one_shot(args, lambda: record(args, progress),
+                         lambda done: f"recorded {done['prompts']} prompts to {done['recorded']}")
     try:
         body = run(args, progress)
     except KeyboardInterrupt:
@@ -342,20 +334,25 @@ def main(argv: list[str] | None = None) -> int:
     return doc["exit_code"]
 
 
-def _check_inputs_main(args) -> int:
+def _one_shot(args, action, describe) -> int:
+    """--record and --check-inputs: `action()`'s result as JSON or `describe(result)`, exit 0; an error, exit 2."""
     try:
-        done = check_inputs(args)
+        done = action()
     except SmokeEnvironmentError as exc:
         print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
         return exc.exit_code
     if args.json:
         print_json(done, sort_keys=False, indent=None)
     else:
-        chosen = (f"; profile {done['profile']!r} for {args.model[0]}, baseline for "
-                  f"{', '.join(sorted(done['baseline_accept_length'])) or 'no class'}") if done["profile"] else ""
-        print(f"inputs OK: {done['prompts']} prompts in classes {', '.join(done['classes'])}; "
-              f"thresholds {done['thresholds']}{chosen}")
+        print(describe(done))
     return EXIT_OK
+
+
+def _describe_inputs(args, done: dict) -> str:
+    chosen = (f"; profile {done['profile']!r} for {args.model[0]}, baseline for "
+              f"{', '.join(sorted(done['baseline_accept_length'])) or 'no class'}") if done["profile"] else ""
+    return (f"inputs OK: {done['prompts']} prompts in classes {', '.join(done['classes'])}; "
+            f"thresholds {done['thresholds']}{chosen}")
 
 
 if __name__ == "__main__":

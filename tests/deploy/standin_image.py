@@ -4,7 +4,9 @@ No GPU server can run here, so the image the tests roll out is minimal Debian + 
 debootstrap rootfs that the image tests' `tests/docker/standin.py` builds and caches) with the test
 double of SGLang's HTTP API (`tests/doubles/sglang_server.py`) installed as a module named `sglang.launch_server`: the role's
 production command line, `python3 -m sglang.launch_server --model-path ... --host ... --port ...`,
-runs unchanged. Two versions with different image IDs (v1, v2) let the tests roll forward and back.
+runs unchanged. Like the real image it carries the overlay and the smoke suite (with PyYAML's pure-Python
+part), so the monitoring jobs run `python3 -m replayssm_overlay metrics` and `python3 -m replayssm_smoke.cli`
+in it. Two versions with different image IDs (v1, v2) let the tests roll forward and back.
 Each is saved like `make save` does: `<name>_<tag>.tar.gz`, its `.sha256`, and `<name>_<tag>.image-id`.
 
 Nothing here ships; it lives under tests/.
@@ -58,6 +60,17 @@ runpy.run_path("''' + APP_DIR + '''/sglang_server.py", run_name="__main__")
 '''
 
 
+def _python_packages() -> dict[str, bytes]:
+    """The overlay, the smoke suite and PyYAML's Python modules, as files under APP_DIR (on PYTHONPATH)."""
+    import yaml
+
+    trees = {"replayssm_overlay": REPO / "overlay" / "replayssm_overlay",
+             "replayssm_smoke": REPO / "smoke_tests" / "replayssm_smoke", "yaml": Path(yaml.__file__).parent}
+    return {f"{APP_DIR}/{name}/{path.relative_to(root)}": path.read_bytes()
+            for name, root in trees.items() for path in sorted(root.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in {".py", ".jsonl", ".yaml", ".cu"}}
+
+
 @dataclass(frozen=True)
 class SavedImage:
     """A `make save` output: the tag inside the tarball, the tarball, and the image ID it loads as."""
@@ -85,6 +98,7 @@ def build_saved_images(out_dir: Path) -> dict[str, SavedImage]:
             f"{APP_DIR}/sglang_server.py": DOUBLE.read_bytes(),
             f"{APP_DIR}/sglang/__init__.py": b'"""Stand-in package (tests/deploy; never ships)."""\n',
             f"{APP_DIR}/sglang/launch_server.py": LAUNCH_SERVER_SHIM.encode(),
+            **_python_packages(),
         }
         images = {}
         with tempfile.TemporaryDirectory(prefix="standin-server-") as ctx:

@@ -184,6 +184,25 @@ def test_status_table_fits_120_columns():
     assert max(map(len, lines)) <= 120 - len("        ")  # the default callback indents a block by 8
 
 
+def test_watch_table_fits_120_columns_and_says_what_it_does_not_know():
+    f = _filters()
+    report = {"started_at": "2026-12-06T09:00:00Z", "passed": False, "exit_code": 1, "duration_s": 12.5,
+              "gates": [{"name": "acceptance.code", "passed": False}, {"name": "exactness.parity", "passed": None}]}
+    smoke = f.sglang_smoke_summary(report)
+    assert smoke == {"started_at": "2026-12-06T09:00:00Z", "passed": False, "exit_code": 1, "duration_s": 12.5,
+                     "failed_gates": ["acceptance.code"], "error": None}
+    overlay = {"fold_in_use": ["overlay-cuda", "sglang"], "selfcheck_outcomes": {"passed": 7, "mismatch": 1},
+               "fallback_shapes": ["B=8 T=16"]}
+    row = {"host": "h" * 16, "service": "s" * 16, "overlay": overlay, "last_smoke": smoke}
+    lines = f.sglang_watch_table([row, {"host": "n2", "service": "s", "overlay": None, "last_smoke": None}]).splitlines()
+    assert lines[0].split() == ["HOST", "SERVICE", "FOLD", "SELF-CHECK", "FALLBACKS", "LAST", "SMOKE"]
+    assert lines[1].split() == ["h" * 16, "s" * 16, "overlay-cuda,sglang", "mismatch", "x1,", "passed", "x7", "1", "FAIL",
+                                "2026-12-06T09:00:00Z"]
+    assert lines[2].split() == ["n2", "s", "-", "-", "-", "never"]
+    one_fold = f.sglang_watch_line({**row, "overlay": {**overlay, "fold_in_use": ["overlay-prebuilt"]}})
+    assert len(one_fold) <= 120 - len("        ")  # the default callback indents a block by 8
+
+
 def test_image_names_are_tags_not_ids():
     f = _filters()
     assert f.sglang_image_name("rso:v2") == "rso:v2"
@@ -201,7 +220,8 @@ def test_unknown_variables_are_named_with_a_suggestion():
         f.sglang_unknown_variables(names, REPO / "docker")
 
 
-@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "fleet-status", "deploy-smoke"])
+@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "fleet-status", "deploy-smoke", "deploy-monitor",
+                                    "deploy-alerts"])
 def test_make_targets_need_an_inventory(target):
     proc = subprocess.run(["make", "-f", "deploy/deploy.mk", target], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2

@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -43,12 +44,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Daemon:
-    """A process started with its output in `root/<name>.log`, stopped by PID (SIGTERM, then SIGKILL)."""
+# `_http` run inside a network namespace: one short Python per request (the test itself stays outside)
+_NETNS_HTTP = """\
+import sys, urllib.error, urllib.request
+request = urllib.request.Request(sys.argv[1], method=sys.argv[2])
+try:
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        status, body = answer.status, answer.read()
+except urllib.error.HTTPError as err:
+    status, body = err.code, err.read()
+sys.stdout.buffer.write(b"%d\\n" % status + body)
+"""
 
-    def __init__(self, root: Path, name: str, argv: list[str]):
+
+class _Daemon:
+    """A process started with its output in `root/<name>.log`, stopped by PID (SIGTERM, then SIGKILL); its
+    HTTP API is asked from inside `netns_cmd`'s namespace when the daemon listens there."""
+
+    def __init__(self, root: Path, name: str, argv: list[str], netns_cmd: list[str] | None = None):
         root.mkdir(parents=True, exist_ok=True)
-        self.root, self.name = root, name
+        self.root, self.name, self.netns_cmd = root, name, netns_cmd
         self.log_path = root / f"{name}.log"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -58,6 +73,13 @@ class _Daemon:
         return self.log_path.read_text(errors="replace")[-3000:]
 
     def _http(self, url: str, method: str = "GET") -> tuple[int, bytes]:
+        if self.netns_cmd:
+            proc = subprocess.run([*self.netns_cmd, sys.executable, "-c", _NETNS_HTTP, url, method],
+                                  capture_output=True, timeout=30)
+            if proc.returncode != 0:
+                raise OSError(proc.stderr.decode(errors="replace")[-500:])
+            status, _, body = proc.stdout.partition(b"\n")
+            return int(status), body
         request = urllib.request.Request(url, method=method)
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
@@ -99,7 +121,7 @@ class Prometheus(_Daemon):
         super().__init__(root, "prometheus", [
             *(netns_cmd or []), tool("prometheus"), f"--config.file={root / 'prometheus.yml'}",
             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address={self.url.split('//')[1]}",
-            "--web.enable-lifecycle", "--log.level=warn"])
+            "--web.enable-lifecycle", "--log.level=warn"], netns_cmd)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         super().wait_ready(self.url + "/-/ready", timeout)
@@ -128,7 +150,7 @@ class NodeExporter(_Daemon):
         super().__init__(root, "node_exporter", [
             *(netns_cmd or []), tool("prometheus-node-exporter"), "--collector.disable-defaults",
             "--collector.textfile", f"--collector.textfile.directory={textfile_dir}",
-            f"--web.listen-address={self.url.split('//')[1]}", "--log.level=warn"])
+            f"--web.listen-address={self.url.split('//')[1]}", "--log.level=warn"], netns_cmd)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         super().wait_ready(self.url + "/metrics", timeout)

@@ -1,4 +1,5 @@
-"""Filters of the sglang_* roles: SGLang flags from the inventory's mapping, status table lines.
+"""Filters of the sglang_* roles: SGLang flags from the inventory's mapping, status table lines (what runs,
+and what it serves with: fold, self-check, last periodic smoke).
 
 Why a filter and not Jinja: the mapping form (`name: true` -> `--name`, `name: value` -> `--name value`,
 `false`/null -> dropped) is what the preflight checks and what operators read; rendering it in a
@@ -104,6 +105,49 @@ def sglang_status_line(row):
     )
 
 
+WATCH_FORMAT = "%-16s %-16s %-16s %-24s %-9s %s"
+WATCH_HEADER = ("HOST", "SERVICE", "FOLD", "SELF-CHECK", "FALLBACKS", "LAST SMOKE")
+
+
+def sglang_smoke_summary(report):
+    """What `make fleet-status` keeps of a periodic smoke's report.json: when, the outcome, the failed gates."""
+    return {
+        "started_at": report.get("started_at"),
+        "passed": report.get("passed"),
+        "exit_code": report.get("exit_code"),
+        "duration_s": report.get("duration_s"),
+        "failed_gates": [g.get("name") for g in report.get("gates") or [] if g.get("passed") is False],
+        "error": (report.get("error") or {}).get("what"),
+    }
+
+
+def sglang_watch_table(rows):
+    """The second status table: per node, the fold its serving processes commit with, their self-check
+    outcomes, the commit shapes that fell back to SGLang's fold, and the last periodic smoke. "-" where the
+    container does not run or its overlay cannot say; "never" where no periodic smoke has written a report."""
+    return "\n".join([WATCH_FORMAT % WATCH_HEADER] + [sglang_watch_line(row) for row in rows])
+
+
+def sglang_watch_line(row):
+    """Return one line of the second status table for a node's status row."""
+    overlay = row.get("overlay") or {}
+    outcomes = overlay.get("selfcheck_outcomes") or {}
+    smoke = row.get("last_smoke")
+    if smoke:
+        verdict = {0: "pass", 1: "FAIL"}.get(smoke.get("exit_code"), "ERROR")
+        last = f"{verdict} {smoke.get('started_at') or '?'}"
+    else:
+        last = "never"
+    return WATCH_FORMAT % (
+        row.get("host", "?"),
+        row.get("service", "?"),
+        ",".join(overlay.get("fold_in_use") or []) or "-",
+        ", ".join(f"{k} x{v}" for k, v in sorted(outcomes.items())) or ("none" if overlay else "-"),
+        len(overlay.get("fallback_shapes") or []) if overlay else "-",
+        last,
+    )
+
+
 class FilterModule:
     """Filters for the sglang_* roles."""
 
@@ -114,4 +158,6 @@ class FilterModule:
             "sglang_image_name": sglang_image_name,
             "sglang_unknown_variables": sglang_unknown_variables,
             "sglang_status_table": sglang_status_table,
+            "sglang_smoke_summary": sglang_smoke_summary,
+            "sglang_watch_table": sglang_watch_table,
         }

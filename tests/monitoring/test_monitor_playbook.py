@@ -1,0 +1,76 @@
+"""deploy/playbooks/monitor.yml refuses bad input on the controller, before any node is contacted: a node
+without --enable-metrics, a smoke prompt file that does not parse, a thresholds file without a baseline for
+the node's model, unusable settings. Each is one clear message naming the node; the nodes (TEST-NET
+addresses nothing answers on) are never reached. (The install itself, on real nodes, is tests/deploy/test_watch.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.monitoring.conftest import REPO
+
+DEPLOY = REPO / "deploy"
+BIN = Path(sys.executable).parent
+NODE = {
+    "ansible_host": "192.0.2.7",  # never contacted
+    "sglang_model_path": "/models/Qwen3.5-35B-A3B",
+    "sglang_speculative_algorithm": "DFLASH",
+    "sglang_flags": {"enable-linear-replayssm-spec": True, "enable-metrics": True},
+}
+
+
+def _monitor(tmp_path, **overrides) -> subprocess.CompletedProcess:
+    inventory = tmp_path / "inv.json"
+    inventory.write_text(json.dumps({"sglang_nodes": {"hosts": {"gpu01": {**NODE, **overrides}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+               PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / "monitor.yml")],
+                          capture_output=True, text=True, env=env, cwd=DEPLOY, timeout=300)
+
+
+def _cases(tmp_path: Path) -> dict:
+    bad_prompts = tmp_path / "prompts.jsonl"
+    bad_prompts.write_text('{"id": "c1", "class": "code", "prompt": "def f():"}\n{"id": "c2", "class": "code"}\n')
+    no_baseline = tmp_path / "thresholds.yaml"
+    no_baseline.write_text('profiles: [{name: site, match: ["*"], acceptance: {code: {min_mean_accept_length: 2}}}]\n')
+    return {
+        "no --enable-metrics": ({"sglang_flags": {"enable-linear-replayssm-spec": True}},
+                                "gpu01: sglang-overlay runs SGLang without --enable-metrics"),
+        "prompt file that does not parse": ({"sglang_monitor_smoke_prompts": str(bad_prompts)},
+                                            f"nothing was installed: {bad_prompts}:2: give exactly one of 'prompt' or "
+                                            "'input_ids'"),
+        "thresholds without a baseline for the model": (
+            {"sglang_monitor_smoke_thresholds": str(no_baseline), "sglang_monitor_smoke_args": ["--classes", "code"]},
+            f"{no_baseline}: profile 'site' (model '/models/Qwen3.5-35B-A3B') has no baseline_accept_length for "
+            "class(es) ['code']"),
+        "the built-in thresholds have no baseline for this model": (
+            {"sglang_model_path": "/models/Llama-3-70B"},
+            "profile 'default' (model '/models/Llama-3-70B') has no baseline_accept_length"),
+        "unknown scheduler": ({"sglang_monitor_scheduler": "cron"}, "sglang_monitor_scheduler systemd or none"),
+        "bad smoke argument": ({"sglang_monitor_smoke_args": ["--concurrency", "0"]}, "--concurrency must be in [1, 64]"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases(Path("/tmp"))))
+def test_bad_input_is_refused_before_any_node_is_contacted(tmp_path, case):
+    overrides, message = _cases(tmp_path)[case]
+    proc = _monitor(tmp_path, **overrides)
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert message in flat, proc.stdout[-3000:]
+    assert "UNREACHABLE" not in proc.stdout and "Look for node_exporter's textfile folder" not in proc.stdout
+
+
+def test_a_good_inventory_gets_past_the_controller_checks(tmp_path):
+    """The same inventory with nothing wrong reaches the first task on the node (which then cannot connect)."""
+    proc = _monitor(tmp_path, ansible_ssh_common_args="-o ConnectTimeout=1")
+    assert "The smoke inputs are valid" in proc.stdout and "Look for node_exporter's textfile folder" in proc.stdout
+    assert "UNREACHABLE" in proc.stdout
