@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.monitoring.conftest import load_alert_rules
+from tests.monitoring.conftest import REPO, load_alert_rules
 
 RULES = load_alert_rules()
 GENERATED = yaml.safe_load(RULES.render())["groups"][0]["rules"]
@@ -257,3 +257,12 @@ def test_settings_change_the_rules_and_bad_ones_are_refused(tmp_path, promtool):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "accept_ratio must be a number in (0, 1]" in proc.stderr
     assert not (tmp_path / "x.yml").exists()
+
+
+def test_the_example_scrape_config_is_valid(tmp_path, promtool):
+    example = REPO / "deploy" / "monitoring" / "prometheus-scrape.example.yml"
+    proc = subprocess.run([promtool, "check", "config", str(example)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs = {job["job_name"]: job for job in yaml.safe_load(example.read_text())["scrape_configs"]}
+    hosts = {name: {t.rsplit(":", 1)[0] for c in job["static_configs"] for t in c["targets"]} for name, job in jobs.items()}
+    assert hosts["sglang"] == hosts["node"]  # the rules join a node's two targets by this host part
