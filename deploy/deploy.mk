@@ -50,9 +50,10 @@ deploy-monitor: ## install the node jobs Prometheus watches: overlay facts, peri
 	$(rso_need_inventory)
 	$(call rso_playbook,monitor.yml)
 
-deploy-alerts: ## install the alert rules (checked by promtool) and dashboard on the Prometheus hosts (INVENTORY=... PROMETHEUS_RULES_DIR=...)
+deploy-alerts: ## alert rules (promtool-checked) + dashboard on Prometheus hosts (INVENTORY=... PROMETHEUS_RULES_DIR=...)
 	$(rso_need_inventory)
-	$(call rso_playbook,alerts.yml) $(if $(PROMETHEUS_RULES_DIR),-e sglang_alerts_rules_dir=$(abspath $(PROMETHEUS_RULES_DIR)))
+	$(call rso_playbook,alerts.yml) \
+	  $(if $(PROMETHEUS_RULES_DIR),-e sglang_alerts_rules_dir=$(abspath $(PROMETHEUS_RULES_DIR)))
 
 deploy-lint: ## ansible-lint (production profile) and --syntax-check of every playbook
 	cd $(RSO_DEPLOY_DIR) && $(ANSIBLE_LINT) --profile production

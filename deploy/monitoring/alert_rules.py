@@ -96,8 +96,13 @@ MISSING = "Missing data: "
 
 
 def _alert(name, expr, duration, severity, category, summary, description) -> dict:
-    return {"alert": name, "expr": expr, "for": duration, "labels": {"severity": severity, "category": category},
-            "annotations": {"summary": summary, "description": " ".join(description.split())}}
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": duration,
+        "labels": {"severity": severity, "category": category},
+        "annotations": {"summary": summary, "description": " ".join(description.split())},
+    }
 
 
 def rules(overrides: dict | None = None) -> dict:
@@ -109,117 +114,181 @@ def rules(overrides: dict | None = None) -> dict:
     scraped = _host_port("count by (instance) (sglang:generation_tokens_total)")
     per_fleet = "count by (service, image_id) (replayssm_node_image_info)"
     recorded = [
-        {"record": LIVE,
-         "expr": _host_port(f"sum by (instance) (rate(sglang:generation_tokens_total[{window}]))\n"
-                            f"  / (sum by (instance) (rate(sglang:spec_verify_calls_total[{window}])) > 0)")},
-        {"record": BASELINE,
-         "expr": _host("min by (instance, service, sglang_port) (replayssm_smoke_accept_length_baseline)")},
+        {
+            "record": LIVE,
+            "expr": _host_port(
+                f"sum by (instance) (rate(sglang:generation_tokens_total[{window}]))\n"
+                f"  / (sum by (instance) (rate(sglang:spec_verify_calls_total[{window}])) > 0)"
+            ),
+        },
+        {
+            "record": BASELINE,
+            "expr": _host("min by (instance, service, sglang_port) (replayssm_smoke_accept_length_baseline)"),
+        },
     ]
     alerts = [
-        _alert("ReplaySSMDraftAcceptanceCollapsed",
-               f"{LIVE}\n  < on (host, sglang_port) group_left (service)\n  ({ratio} * {BASELINE})",
-               s["for_live_acceptance"], "critical", "acceptance",
-               f"{WHERE}: live accept length {{{{ $value | printf \"%.2f\" }}}} is below {ratio} x its baseline",
-               f"The token-weighted accept length of the traffic the SGLang server on port "
-               f"{{{{ $labels.sglang_port }}}} served over {window} fell under {ratio} of the lowest "
-               f"baseline_accept_length of its thresholds profile. Outputs stay correct, speculation stops "
-               f"paying: the draft no longer matches its target (wrong or changed draft weights, another "
-               f"target revision, a changed chat template). Check the draft model path and run replayssm-smoke "
-               f"against the node."),
-        _alert("ReplaySSMSmokeAcceptanceBelowBaseline",
-               _host(f"replayssm_smoke_accept_length\n  < {ratio} * replayssm_smoke_accept_length_baseline"),
-               s["for_smoke_acceptance"], "warning", "acceptance",
-               f"{WHERE}: periodic smoke accept length of class {{{{ $labels.class }}}} is "
-               f"{{{{ $value | printf \"%.2f\" }}}}, below {ratio} x its baseline",
-               "The last periodic smoke run measured a mean accept length for this workload class under the "
-               "fraction of the class's baseline_accept_length. The draft no longer matches its target on this "
-               "node; compare with the other nodes' smoke results and check the draft model."),
-        _alert("ReplaySSMServingWithSGLangFold",
-               _host('replayssm_overlay_fold_in_use{fold="sglang"} == 1'),
-               s["for_fold"], "warning", "fold",
-               f"{WHERE}: a serving process commits with SGLang's fold, not the overlay's",
-               "A live serving process on this node commits the GDN state with SGLang's own fold: its self-check "
-               "before serving failed or found the pool not covered, the SSM state is not float32, RSO_FOLD=sglang "
-               "is set, or no prebuilt kernels match the node. Outputs are correct, commits are slower. "
-               "`replayssm-overlay status` in the container says why (selfcheck[].detail)."),
-        _alert("ReplaySSMSelfCheckNotBitwise",
-               _host('replayssm_overlay_selfcheck_processes{outcome=~"mismatch|error"} > 0'),
-               s["for_selfcheck"], "warning", "fold",
-               f"{WHERE}: the self-check before serving ended in {{{{ $labels.outcome }}}}",
-               "The node's check of the overlay's fold against SGLang's recurrence did not pass (mismatch: not "
-               "bitwise; error: it could not run), so the process switched to SGLang's fold. Something below the "
-               "overlay changed (Triton, driver, ptxas): the node is safe but slower. See "
-               "`replayssm-overlay status --json` in the container."),
-        _alert("ReplaySSMFallbackShape",
-               _host("replayssm_overlay_fallback_shape == 1"),
-               s["for_fallback_shape"], "warning", "fold",
-               f"{WHERE}: commit shape {{{{ $labels.shape }}}} runs SGLang's fold",
-               "A live serving process met a commit shape that no prebuilt kernel covers and runs SGLang's fold for "
-               "its calls. Build kernels that cover it (replayssm-overlay kernels build) and roll out the image."),
-        _alert("ReplaySSMSmokeFailed",
-               _host("replayssm_smoke_success == 0"),
-               s["for_smoke_failed"], "warning", "smoke",
-               f"{WHERE}: the periodic smoke run failed",
-               "The last periodic replayssm-smoke run against this node did not pass (exit 1: a gate failed, see "
-               "replayssm_smoke_gate_passed; exit 2: it could not run). Its report.json is on the node in the "
-               "monitor's report folder."),
-        _alert("ReplaySSMSmokeStale",
-               _host(f"time() - replayssm_smoke_last_run_timestamp_seconds > {seconds(s['smoke_stale_after']):g}"),
-               "0m", "warning", "missing-data",
-               f"{MISSING}{WHERE}: no periodic smoke result for {{{{ $value | humanizeDuration }}}}",
-               f"The periodic smoke has not finished a run for longer than {s['smoke_stale_after']}: its timer "
-               f"stopped or the runs hang. Look at the node's sglang-monitor smoke timer and journal."),
-        _alert("ReplaySSMNodeImageDiffers",
-               _host(f"replayssm_node_image_info\n  unless on (service, image_id)\n  ({per_fleet}\n"
-                     f"    == on (service) group_left max by (service) ({per_fleet}))"),
-               s["for_image"], "warning", "image",
-               f"{WHERE}: runs image {{{{ $labels.image }}}}, not the one most nodes of the service run",
-               "This node's container runs another image ID than the majority of the service's nodes: a node left "
-               "behind by a rollout, or rolled back alone. `make fleet-status` lists every node's image. With as "
-               "many nodes on one image as on another there is no majority and no node is singled out."),
-        _alert("ReplaySSMNodeJobStale",
-               _host(f"time() - replayssm_node_job_timestamp_seconds > {seconds(s['job_stale_after']):g}"),
-               "0m", "warning", "missing-data",
-               f"{MISSING}{WHERE}: the node job has not reported for {{{{ $value | humanizeDuration }}}}",
-               "The sglang-monitor metrics job has not rewritten its file for too long: the fold, self-check "
-               "and image facts of this node are stale. Look at its timer and journal on the node."),
-        _alert("ReplaySSMOverlayMetricsUnavailable",
-               _host("replayssm_node_overlay_metrics_ok == 0"),
-               s["for_missing"], "warning", "missing-data",
-               f"{MISSING}{WHERE}: no overlay facts from the container ({{{{ $labels.reason }}}})",
-               "The node job could not run `replayssm-overlay metrics` in the service's container: it is not "
-               "running, or its image has no overlay that knows the command. Fold and self-check alerts cannot "
-               "fire for this node."),
-        _alert("ReplaySSMSGLangMetricsDisabled",
-               _host("replayssm_node_sglang_metrics_enabled == 0"),
-               s["for_missing"], "warning", "missing-data",
-               f"{MISSING}{WHERE}: SGLang runs without --enable-metrics",
-               "The service's container runs SGLang without --enable-metrics, so its live accept length is not "
-               "exported and the dead-draft alert cannot fire. Add enable-metrics: true to sglang_flags and "
-               "deploy."),
-        _alert("ReplaySSMAcceptanceUnwatched",
-               f"{speculating}\n  unless on (host, sglang_port)\n  {BASELINE}",
-               s["for_missing"], "warning", "missing-data",
-               f"{MISSING}{{{{ $labels.host }}}}:{{{{ $labels.sglang_port }}}} speculates but has no accept-length "
-               f"baseline",
-               "Prometheus scrapes a speculating SGLang server here but no periodic smoke on the same host exports "
-               "a baseline for its port: the smoke job is not installed, its thresholds profile has no "
-               "baseline_accept_length, or node_exporter is scraped under another host name than SGLang (both "
-               "must share the host part of instance). The dead-draft alert cannot fire for it."),
-        _alert("ReplaySSMSGLangNotScraped",
-               _host("replayssm_node_job_timestamp_seconds") + f"\n  unless on (host, sglang_port)\n  {scraped}",
-               s["for_missing"], "warning", "missing-data",
-               f"{MISSING}{WHERE}: Prometheus has no SGLang metrics from port {{{{ $labels.sglang_port }}}}",
-               "The node job reports a service on this port, but Prometheus scrapes no SGLang metrics from it under "
-               "the same host: add the server to the scrape config (deploy/monitoring/prometheus-scrape.example.yml) "
-               "or start it with --enable-metrics."),
-        _alert("ReplaySSMSmokeMissing",
-               _host("replayssm_node_smoke_scheduled == 1")
-               + "\n  unless on (instance, service)\n  replayssm_smoke_last_run_timestamp_seconds",
-               s["for_missing"], "warning", "missing-data",
-               f"{MISSING}{WHERE}: the periodic smoke is scheduled but has never written a result",
-               "The node job says a periodic smoke is installed for this service, but node_exporter serves no smoke "
-               "result for it: the first run failed to start (look at the smoke unit's journal) or wrote elsewhere."),
+        _alert(
+            "ReplaySSMDraftAcceptanceCollapsed",
+            f"{LIVE}\n  < on (host, sglang_port) group_left (service)\n  ({ratio} * {BASELINE})",
+            s["for_live_acceptance"],
+            "critical",
+            "acceptance",
+            f'{WHERE}: live accept length {{{{ $value | printf "%.2f" }}}} is below {ratio} x its baseline',
+            f"The token-weighted accept length of the traffic the SGLang server on port "
+            f"{{{{ $labels.sglang_port }}}} served over {window} fell under {ratio} of the lowest "
+            f"baseline_accept_length of its thresholds profile. Outputs stay correct, speculation stops "
+            f"paying: the draft no longer matches its target (wrong or changed draft weights, another "
+            f"target revision, a changed chat template). Check the draft model path and run replayssm-smoke "
+            f"against the node.",
+        ),
+        _alert(
+            "ReplaySSMSmokeAcceptanceBelowBaseline",
+            _host(f"replayssm_smoke_accept_length\n  < {ratio} * replayssm_smoke_accept_length_baseline"),
+            s["for_smoke_acceptance"],
+            "warning",
+            "acceptance",
+            f"{WHERE}: periodic smoke accept length of class {{{{ $labels.class }}}} is "
+            f'{{{{ $value | printf "%.2f" }}}}, below {ratio} x its baseline',
+            "The last periodic smoke run measured a mean accept length for this workload class under the "
+            "fraction of the class's baseline_accept_length. The draft no longer matches its target on this "
+            "node; compare with the other nodes' smoke results and check the draft model.",
+        ),
+        _alert(
+            "ReplaySSMServingWithSGLangFold",
+            _host('replayssm_overlay_fold_in_use{fold="sglang"} == 1'),
+            s["for_fold"],
+            "warning",
+            "fold",
+            f"{WHERE}: a serving process commits with SGLang's fold, not the overlay's",
+            "A live serving process on this node commits the GDN state with SGLang's own fold: its self-check "
+            "before serving failed or found the pool not covered, the SSM state is not float32, RSO_FOLD=sglang "
+            "is set, or no prebuilt kernels match the node. Outputs are correct, commits are slower. "
+            "`replayssm-overlay status` in the container says why (selfcheck[].detail).",
+        ),
+        _alert(
+            "ReplaySSMSelfCheckNotBitwise",
+            _host('replayssm_overlay_selfcheck_processes{outcome=~"mismatch|error"} > 0'),
+            s["for_selfcheck"],
+            "warning",
+            "fold",
+            f"{WHERE}: the self-check before serving ended in {{{{ $labels.outcome }}}}",
+            "The node's check of the overlay's fold against SGLang's recurrence did not pass (mismatch: not "
+            "bitwise; error: it could not run), so the process switched to SGLang's fold. Something below the "
+            "overlay changed (Triton, driver, ptxas): the node is safe but slower. See "
+            "`replayssm-overlay status --json` in the container.",
+        ),
+        _alert(
+            "ReplaySSMFallbackShape",
+            _host("replayssm_overlay_fallback_shape == 1"),
+            s["for_fallback_shape"],
+            "warning",
+            "fold",
+            f"{WHERE}: commit shape {{{{ $labels.shape }}}} runs SGLang's fold",
+            "A live serving process met a commit shape that no prebuilt kernel covers and runs SGLang's fold for "
+            "its calls. Build kernels that cover it (replayssm-overlay kernels build) and roll out the image.",
+        ),
+        _alert(
+            "ReplaySSMSmokeFailed",
+            _host("replayssm_smoke_success == 0"),
+            s["for_smoke_failed"],
+            "warning",
+            "smoke",
+            f"{WHERE}: the periodic smoke run failed",
+            "The last periodic replayssm-smoke run against this node did not pass (exit 1: a gate failed, see "
+            "replayssm_smoke_gate_passed; exit 2: it could not run). Its report.json is on the node in the "
+            "monitor's report folder.",
+        ),
+        _alert(
+            "ReplaySSMSmokeStale",
+            _host(f"time() - replayssm_smoke_last_run_timestamp_seconds > {seconds(s['smoke_stale_after']):g}"),
+            "0m",
+            "warning",
+            "missing-data",
+            f"{MISSING}{WHERE}: no periodic smoke result for {{{{ $value | humanizeDuration }}}}",
+            f"The periodic smoke has not finished a run for longer than {s['smoke_stale_after']}: its timer "
+            f"stopped or the runs hang. Look at the node's sglang-monitor smoke timer and journal.",
+        ),
+        _alert(
+            "ReplaySSMNodeImageDiffers",
+            _host(
+                f"replayssm_node_image_info\n  unless on (service, image_id)\n  ({per_fleet}\n"
+                f"    == on (service) group_left max by (service) ({per_fleet}))"
+            ),
+            s["for_image"],
+            "warning",
+            "image",
+            f"{WHERE}: runs image {{{{ $labels.image }}}}, not the one most nodes of the service run",
+            "This node's container runs another image ID than the majority of the service's nodes: a node left "
+            "behind by a rollout, or rolled back alone. `make fleet-status` lists every node's image. With as "
+            "many nodes on one image as on another there is no majority and no node is singled out.",
+        ),
+        _alert(
+            "ReplaySSMNodeJobStale",
+            _host(f"time() - replayssm_node_job_timestamp_seconds > {seconds(s['job_stale_after']):g}"),
+            "0m",
+            "warning",
+            "missing-data",
+            f"{MISSING}{WHERE}: the node job has not reported for {{{{ $value | humanizeDuration }}}}",
+            "The sglang-monitor metrics job has not rewritten its file for too long: the fold, self-check "
+            "and image facts of this node are stale. Look at its timer and journal on the node.",
+        ),
+        _alert(
+            "ReplaySSMOverlayMetricsUnavailable",
+            _host("replayssm_node_overlay_metrics_ok == 0"),
+            s["for_missing"],
+            "warning",
+            "missing-data",
+            f"{MISSING}{WHERE}: no overlay facts from the container ({{{{ $labels.reason }}}})",
+            "The node job could not run `replayssm-overlay metrics` in the service's container: it is not "
+            "running, or its image has no overlay that knows the command. Fold and self-check alerts cannot "
+            "fire for this node.",
+        ),
+        _alert(
+            "ReplaySSMSGLangMetricsDisabled",
+            _host("replayssm_node_sglang_metrics_enabled == 0"),
+            s["for_missing"],
+            "warning",
+            "missing-data",
+            f"{MISSING}{WHERE}: SGLang runs without --enable-metrics",
+            "The service's container runs SGLang without --enable-metrics, so its live accept length is not "
+            "exported and the dead-draft alert cannot fire. Add enable-metrics: true to sglang_flags and "
+            "deploy.",
+        ),
+        _alert(
+            "ReplaySSMAcceptanceUnwatched",
+            f"{speculating}\n  unless on (host, sglang_port)\n  {BASELINE}",
+            s["for_missing"],
+            "warning",
+            "missing-data",
+            f"{MISSING}{{{{ $labels.host }}}}:{{{{ $labels.sglang_port }}}} speculates but has no accept-length "
+            f"baseline",
+            "Prometheus scrapes a speculating SGLang server here but no periodic smoke on the same host exports "
+            "a baseline for its port: the smoke job is not installed, its thresholds profile has no "
+            "baseline_accept_length, or node_exporter is scraped under another host name than SGLang (both "
+            "must share the host part of instance). The dead-draft alert cannot fire for it.",
+        ),
+        _alert(
+            "ReplaySSMSGLangNotScraped",
+            _host("replayssm_node_job_timestamp_seconds") + f"\n  unless on (host, sglang_port)\n  {scraped}",
+            s["for_missing"],
+            "warning",
+            "missing-data",
+            f"{MISSING}{WHERE}: Prometheus has no SGLang metrics from port {{{{ $labels.sglang_port }}}}",
+            "The node job reports a service on this port, but Prometheus scrapes no SGLang metrics from it under "
+            "the same host: add the server to the scrape config (deploy/monitoring/prometheus-scrape.example.yml) "
+            "or start it with --enable-metrics.",
+        ),
+        _alert(
+            "ReplaySSMSmokeMissing",
+            _host("replayssm_node_smoke_scheduled == 1")
+            + "\n  unless on (instance, service)\n  replayssm_smoke_last_run_timestamp_seconds",
+            s["for_missing"],
+            "warning",
+            "missing-data",
+            f"{MISSING}{WHERE}: the periodic smoke is scheduled but has never written a result",
+            "The node job says a periodic smoke is installed for this service, but node_exporter serves no smoke "
+            "result for it: the first run failed to start (look at the smoke unit's journal) or wrote elsewhere.",
+        ),
     ]
     return {"groups": [{"name": GROUP, "interval": s["evaluation_interval"], "rules": recorded + alerts}]}
 
@@ -228,22 +297,29 @@ class _Dumper(yaml.SafeDumper):
     """Multi-line strings (the expressions) as literal blocks, so the file reads like a hand-written one."""
 
 
-_Dumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+_Dumper.add_representer(
+    str,
+    lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None),
+)
 
 
 def render(overrides: dict | None = None) -> str:
-    header = ("# Generated by deploy/monitoring/alert_rules.py (the playbook deploy/playbooks/alerts.yml installs it);\n"
-              "# edit the settings, not this file.\n")
+    header = (
+        "# Generated by deploy/monitoring/alert_rules.py (the playbook deploy/playbooks/alerts.yml installs it);\n"
+        "# edit the settings, not this file.\n"
+    )
     return header + yaml.dump(rules(overrides), Dumper=_Dumper, sort_keys=False, width=1000)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Print the ReplaySSM fleet's Prometheus rules (recording rules and alerts). Settings and "
-        "defaults: " + ", ".join(f"{k}={v}" for k, v in DEFAULTS.items()) + ".")
+        "defaults: " + ", ".join(f"{k}={v}" for k, v in DEFAULTS.items()) + "."
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
-    parser.add_argument("--settings", metavar="JSON", help="settings to override as one JSON object (the playbook's way)")
+    parser.add_argument(
+        "--settings", metavar="JSON", help="settings to override as one JSON object (the playbook's way)"
+    )
     parser.add_argument("--out", help="write to this file instead of stdout")
     args = parser.parse_args(argv)
     try:

@@ -35,7 +35,7 @@ examples:
   replayssm-overlay apply --dry-run     # check files and hook points only
   replayssm-overlay apply && replayssm-overlay verify
   replayssm-overlay revert --sglang-dir /venv/lib/python3/site-packages/sglang
-  replayssm-overlay metrics             # fold in use, self-check, fallbacks as Prometheus text
+  replayssm-overlay metrics             # fold in use etc., Prometheus text
 
 exit codes: 0 ok, 1 a check failed (verify; status of a partially patched tree;
 revert that could not restore every file), 2 usage error, environment error,

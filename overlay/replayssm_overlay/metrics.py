@@ -50,28 +50,58 @@ def facts(status: dict) -> dict:
 def exposition(found: dict, labels: dict[str, str] | None = None) -> str:
     """Prometheus text of `facts(...)`, every sample carrying `labels` (e.g. the service)."""
     out = Exposition(labels)
-    out.add("replayssm_overlay_info", "gauge",
-            "The overlay on this node: versions and patch state in the labels (value always 1).", 1,
-            overlay_version=found["overlay_version"] or "", sglang_release=found["sglang_release"] or "unknown",
-            sglang_version=found["sglang_declared_version"] or "unknown", patch_state=found["patch_state"] or "",
-            unverified=str(found["unverified"]).lower())
+    out.add(
+        "replayssm_overlay_info",
+        "gauge",
+        "The overlay on this node: versions and patch state in the labels (value always 1).",
+        1,
+        overlay_version=found["overlay_version"] or "",
+        sglang_release=found["sglang_release"] or "unknown",
+        sglang_version=found["sglang_declared_version"] or "unknown",
+        patch_state=found["patch_state"] or "",
+        unverified=str(found["unverified"]).lower(),
+    )
     for kind in sorted({*fold.FOLDS, NO_FOLD, *found["fold_in_use"]}):
-        out.add("replayssm_overlay_fold_in_use", "gauge",
-                "1 for each fold a live serving process commits with (its self-check record); "
-                f'fold="{NO_FOLD}" when no serving process has recorded one.', int(kind in found["fold_in_use"]),
-                fold=kind)
-    out.add("replayssm_overlay_serving_processes", "gauge",
-            "Live serving processes that ran the self-check before serving.", found["serving_processes"])
+        out.add(
+            "replayssm_overlay_fold_in_use",
+            "gauge",
+            "1 for each fold a live serving process commits with (its self-check record); "
+            f'fold="{NO_FOLD}" when no serving process has recorded one.',
+            int(kind in found["fold_in_use"]),
+            fold=kind,
+        )
+    out.add(
+        "replayssm_overlay_serving_processes",
+        "gauge",
+        "Live serving processes that ran the self-check before serving.",
+        found["serving_processes"],
+    )
     for outcome, count in sorted(found["selfcheck_outcomes"].items()):
-        out.add("replayssm_overlay_selfcheck_processes", "gauge",
-                "Live serving processes per self-check outcome (passed, mismatch, error, not-covered, sglang-fold).",
-                count, outcome=outcome)
-    out.add("replayssm_overlay_unreadable_records", "gauge",
-            "Self-check records on this node that could not be read.", found["unreadable_records"])
-    out.add("replayssm_overlay_fallback_shapes", "gauge",
-            "Commit shapes live serving processes ran with SGLang's fold (no prebuilt kernel covers them).",
-            len(found["fallback_shapes"]))
+        out.add(
+            "replayssm_overlay_selfcheck_processes",
+            "gauge",
+            "Live serving processes per self-check outcome (passed, mismatch, error, not-covered, sglang-fold).",
+            count,
+            outcome=outcome,
+        )
+    out.add(
+        "replayssm_overlay_unreadable_records",
+        "gauge",
+        "Self-check records on this node that could not be read.",
+        found["unreadable_records"],
+    )
+    out.add(
+        "replayssm_overlay_fallback_shapes",
+        "gauge",
+        "Commit shapes live serving processes ran with SGLang's fold (no prebuilt kernel covers them).",
+        len(found["fallback_shapes"]),
+    )
     for shape in found["fallback_shapes"]:
-        out.add("replayssm_overlay_fallback_shape", "gauge",
-                "1 per commit shape that runs SGLang's fold, named in the label.", 1, shape=shape)
+        out.add(
+            "replayssm_overlay_fallback_shape",
+            "gauge",
+            "1 per commit shape that runs SGLang's fold, named in the label.",
+            1,
+            shape=shape,
+        )
     return out.render()

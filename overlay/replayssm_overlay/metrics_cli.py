@@ -50,13 +50,19 @@ def register(sub, common, report) -> None:
         "commits with, the self-check outcomes, the commit shapes that fell back to SGLang's fold, the "
         "overlay and SGLang versions. Run it inside the serving container (the self-check records are "
         "there); the deploy role sglang_monitor runs it periodically.",
-        epilog="example:\n  docker exec sglang-overlay replayssm-overlay metrics --label service=sglang-overlay \\\n"
-        "      --out /var/lib/node-exporter/replayssm.prom\n\n" + SCHEMA_HELP,
+        epilog="examples:\n  replayssm-overlay metrics --json\n"
+        "  replayssm-overlay metrics --label service=sglang-overlay \\\n"
+        "      --out /var/lib/prometheus/node-exporter/replayssm.prom\n\n" + SCHEMA_HELP,
     )
-    cmd.add_argument("--label", action="append", metavar="KEY=VALUE",
-                     help="a label put on every sample (repeatable), e.g. service=sglang-overlay")
-    cmd.add_argument("--out", metavar="FILE",
-                     help="write the text to FILE atomically instead of stdout (its folder must exist)")
+    cmd.add_argument(
+        "--label",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a label put on every sample (repeatable), e.g. service=sglang-overlay (default: none)",
+    )
+    cmd.add_argument(
+        "--out", metavar="FILE", help="write the text to FILE atomically, its folder must exist (default: stdout)"
+    )
     cmd.set_defaults(handler=lambda args: _metrics(args, report))
 
 

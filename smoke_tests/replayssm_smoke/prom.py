@@ -18,8 +18,10 @@ from replayssm_overlay.promtext import Exposition, value_of
 
 LAST_SUCCESS = "replayssm_smoke_last_success_timestamp_seconds"
 EXACTNESS_HELP = "1 if the exactness check of the last run passed, per check (teacher_forced, parity when run)."
-DIVERGENCES_HELP = ("Divergences of the last run: teacher-forced violations and ties, parity prompts that failed or "
-                    "diverged at a tie.")
+DIVERGENCES_HELP = (
+    "Divergences of the last run: teacher-forced violations and ties, parity prompts that failed or "
+    "diverged at a tie."
+)
 
 
 def _previous_success(path: Path) -> float | None:
@@ -34,15 +36,29 @@ def exposition(doc: dict, finished: float, last_success: float | None, labels: d
     out = Exposition(labels)
     target = doc.get("target") or {}
     th = doc.get("thresholds") or {}
-    out.add("replayssm_smoke_info", "gauge", "The last smoke run: server, profile and tool in the labels (always 1).", 1,
-            model=target.get("served_model_name") or target.get("model_path") or "",
-            algorithm=target.get("speculative_algorithm") or "", sglang_version=target.get("sglang_version") or "",
-            profile=th.get("profile") or "", tool_version=doc.get("tool_version") or "")
-    out.add("replayssm_smoke_success", "gauge", "1 if the last smoke run passed every gate, else 0.", int(doc["passed"]))
-    out.add("replayssm_smoke_exit_code", "gauge", "Exit code of the last run: 0 pass, 1 a gate failed, 2 error.",
-            doc["exit_code"])
-    out.add("replayssm_smoke_last_run_timestamp_seconds", "gauge", "When the last smoke run ended (Unix time).",
-            finished)
+    out.add(
+        "replayssm_smoke_info",
+        "gauge",
+        "The last smoke run: server, profile and tool in the labels (always 1).",
+        1,
+        model=target.get("served_model_name") or target.get("model_path") or "",
+        algorithm=target.get("speculative_algorithm") or "",
+        sglang_version=target.get("sglang_version") or "",
+        profile=th.get("profile") or "",
+        tool_version=doc.get("tool_version") or "",
+    )
+    out.add(
+        "replayssm_smoke_success", "gauge", "1 if the last smoke run passed every gate, else 0.", int(doc["passed"])
+    )
+    out.add(
+        "replayssm_smoke_exit_code",
+        "gauge",
+        "Exit code of the last run: 0 pass, 1 a gate failed, 2 error.",
+        doc["exit_code"],
+    )
+    out.add(
+        "replayssm_smoke_last_run_timestamp_seconds", "gauge", "When the last smoke run ended (Unix time).", finished
+    )
     if doc["passed"]:
         last_success = finished
     if last_success is not None:
@@ -50,19 +66,37 @@ def exposition(doc: dict, finished: float, last_success: float | None, labels: d
     out.add("replayssm_smoke_duration_seconds", "gauge", "How long the last smoke run took.", doc["duration_s"])
     for gate in doc.get("gates") or []:
         if gate["passed"] is not None:
-            out.add("replayssm_smoke_gate_passed", "gauge", "1 per gate of the last run that passed, 0 if it failed.",
-                    int(gate["passed"]), gate=gate["name"])
+            out.add(
+                "replayssm_smoke_gate_passed",
+                "gauge",
+                "1 per gate of the last run that passed, 0 if it failed.",
+                int(gate["passed"]),
+                gate=gate["name"],
+            )
     for cls, stats in sorted((doc.get("acceptance") or {}).items()):
         if stats.get("mean_accept_length") is not None:
-            out.add("replayssm_smoke_accept_length", "gauge",
-                    "Mean accept length per request of the class in the last run (bonus token included).",
-                    stats["mean_accept_length"], **{"class": cls})
-            out.add("replayssm_smoke_accept_length_p10", "gauge", "10th percentile of the class's accept lengths.",
-                    stats["p10"], **{"class": cls})
+            out.add(
+                "replayssm_smoke_accept_length",
+                "gauge",
+                "Mean accept length per request of the class in the last run (bonus token included).",
+                stats["mean_accept_length"],
+                **{"class": cls},
+            )
+            out.add(
+                "replayssm_smoke_accept_length_p10",
+                "gauge",
+                "10th percentile of the class's accept lengths.",
+                stats["p10"],
+                **{"class": cls},
+            )
     for cls, value in sorted((th.get("baseline_accept_length") or {}).items()):
-        out.add("replayssm_smoke_accept_length_baseline", "gauge",
-                "The thresholds profile's measured accept length for the class (what the alerts compare with).",
-                value, **{"class": cls})
+        out.add(
+            "replayssm_smoke_accept_length_baseline",
+            "gauge",
+            "The thresholds profile's measured accept length for the class (what the alerts compare with).",
+            value,
+            **{"class": cls},
+        )
     _exactness(out, doc.get("exactness") or {})
     return out.render()
 
@@ -71,16 +105,30 @@ def _exactness(out: Exposition, exactness: dict) -> None:
     tf, parity = exactness.get("teacher_forced"), exactness.get("parity") or {}
     if tf:
         out.add("replayssm_smoke_exactness_passed", "gauge", EXACTNESS_HELP, int(tf["passed"]), check="teacher_forced")
-        out.add("replayssm_smoke_checked_tokens", "gauge", "Tokens the teacher-forced check re-scored.",
-                tf["checked_tokens"])
-        out.add("replayssm_smoke_divergences", "gauge", DIVERGENCES_HELP, len(tf["violations"]),
-                kind="teacher_forced_violation")
+        out.add(
+            "replayssm_smoke_checked_tokens",
+            "gauge",
+            "Tokens the teacher-forced check re-scored.",
+            tf["checked_tokens"],
+        )
+        out.add(
+            "replayssm_smoke_divergences",
+            "gauge",
+            DIVERGENCES_HELP,
+            len(tf["violations"]),
+            kind="teacher_forced_violation",
+        )
         out.add("replayssm_smoke_divergences", "gauge", DIVERGENCES_HELP, len(tf["ties"]), kind="teacher_forced_tie")
     if parity.get("passed") is not None:
         out.add("replayssm_smoke_exactness_passed", "gauge", EXACTNESS_HELP, int(parity["passed"]), check="parity")
         out.add("replayssm_smoke_divergences", "gauge", DIVERGENCES_HELP, len(parity["failing"]), kind="parity_failing")
-        out.add("replayssm_smoke_divergences", "gauge", DIVERGENCES_HELP, len(parity["diverged_at_tie"]),
-                kind="parity_at_tie")
+        out.add(
+            "replayssm_smoke_divergences",
+            "gauge",
+            DIVERGENCES_HELP,
+            len(parity["diverged_at_tie"]),
+            kind="parity_at_tie",
+        )
 
 
 def write(path: str, doc: dict, finished: float, labels: dict[str, str]) -> None:

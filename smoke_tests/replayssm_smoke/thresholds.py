@@ -2,8 +2,8 @@
 
 The profile is picked by glob on the served model's path/name (first match wins) and, optionally, the
 speculative algorithm. A profile may also hold the model's measured accept length per class
-(`baseline_accept_length`): not a gate, the reference the fleet's alerts compare the periodic smoke and the
-live traffic with (`prom.py`, deploy/monitoring). A user file that sets thresholds for a class with no prompts is an error: a gate
+(`baseline_accept_length`): not a gate, the reference the fleet's alerts compare the periodic smoke and
+the live traffic with (`prom.py`, deploy/monitoring). A user file that sets thresholds for a class with no prompts is an error: a gate
 that silently checks nothing must not read as a pass. PyYAML is imported when a file is read, not with
 the module, so `replayssm-smoke --help` works without it and a run without it is a clear exit 2.
 """

@@ -194,10 +194,11 @@ def test_watch_table_fits_120_columns_and_says_what_it_does_not_know():
     overlay = {"fold_in_use": ["overlay-cuda", "sglang"], "selfcheck_outcomes": {"passed": 7, "mismatch": 1},
                "fallback_shapes": ["B=8 T=16"]}
     row = {"host": "h" * 16, "service": "s" * 16, "overlay": overlay, "last_smoke": smoke}
-    lines = f.sglang_watch_table([row, {"host": "n2", "service": "s", "overlay": None, "last_smoke": None}]).splitlines()
+    unknown = {"host": "n2", "service": "s", "overlay": None, "last_smoke": None}
+    lines = f.sglang_watch_table([row, unknown]).splitlines()
     assert lines[0].split() == ["HOST", "SERVICE", "FOLD", "SELF-CHECK", "FALLBACKS", "LAST", "SMOKE"]
-    assert lines[1].split() == ["h" * 16, "s" * 16, "overlay-cuda,sglang", "mismatch", "x1,", "passed", "x7", "1", "FAIL",
-                                "2026-12-06T09:00:00Z"]
+    assert lines[1].split() == ["h" * 16, "s" * 16, "overlay-cuda,sglang", "mismatch", "x1,", "passed", "x7", "1",
+                                "FAIL", "2026-12-06T09:00:00Z"]
     assert lines[2].split() == ["n2", "s", "-", "-", "-", "never"]
     one_fold = f.sglang_watch_line({**row, "overlay": {**overlay, "fold_in_use": ["overlay-prebuilt"]}})
     assert len(one_fold) <= 120 - len("        ")  # the default callback indents a block by 8

@@ -35,16 +35,36 @@ PROMPTS = [  # one per class the thresholds have a baseline for; 16 tokens each 
     {"id": "code-1", "class": "code", "prompt": "def fibonacci(n):\n", "max_new_tokens": 16},
     {"id": "prose-1", "class": "prose", "prompt": "The river runs through the valley", "max_new_tokens": 16},
 ]
-THRESHOLDS = {"profiles": [{
-    "name": "test-fleet", "match": ["*"], "how_measured": "the test double's accept length (3.0 +-20%)",
-    "acceptance": {"code": {"min_mean_accept_length": 1.5}, "prose": {"min_mean_accept_length": 1.5}},
-    "baseline_accept_length": {"code": 3.0, "prose": 3.0}, "tie_margin": 0.125}]}
+THRESHOLDS = {
+    "profiles": [
+        {
+            "name": "test-fleet",
+            "match": ["*"],
+            "how_measured": "the test double's accept length (3.0 +-20%)",
+            "acceptance": {"code": {"min_mean_accept_length": 1.5}, "prose": {"min_mean_accept_length": 1.5}},
+            "baseline_accept_length": {"code": 3.0, "prose": 3.0},
+            "tie_margin": 0.125,
+        }
+    ]
+}
 # every duration short enough for a test; the stale thresholds long enough that nothing goes stale
-FAST_RULES = {"evaluation_interval": "1s", "live_window": "20s", "for_live_acceptance": "2s",
-              "for_smoke_acceptance": "0s", "for_fold": "2s", "for_selfcheck": "0s", "for_fallback_shape": "0s",
-              "for_smoke_failed": "0s", "for_image": "2s", "for_missing": "30s", "smoke_stale_after": "1h",
-              "job_stale_after": "30m"}
-FAKE_SYSTEMCTL = "#!/bin/sh\n# fake systemctl of a test node (tests/deploy): logs its arguments\necho \"$@\" >> \"$0.log\"\n"
+FAST_RULES = {
+    "evaluation_interval": "1s",
+    "live_window": "20s",
+    "for_live_acceptance": "2s",
+    "for_smoke_acceptance": "0s",
+    "for_fold": "2s",
+    "for_selfcheck": "0s",
+    "for_fallback_shape": "0s",
+    "for_smoke_failed": "0s",
+    "for_image": "2s",
+    "for_missing": "30s",
+    "smoke_stale_after": "1h",
+    "job_stale_after": "30m",
+}
+FAKE_SYSTEMCTL = (
+    '#!/bin/sh\n# fake systemctl of a test node (tests/deploy): logs its arguments\necho "$@" >> "$0.log"\n'
+)
 LOAD = """\
 import json, sys, time, urllib.request
 end = time.monotonic() + float(sys.argv[1])
@@ -73,28 +93,48 @@ def watch(fleet, saved_images, tmp_path_factory):
         systemctl.chmod(0o755)
 
     def inventory(name: str, host_overrides: dict | None = None, **overrides):
-        per_node = {n.name: {"sglang_monitor_textfile_dir": str(n.root / "textfile"),
-                             "sglang_monitor_unit_dir": str(n.root / "systemd"),
-                             "sglang_monitor_systemctl": str(n.bin_dir / "systemctl"),
-                             **(host_overrides or {}).get(n.name, {})} for n in fleet.nodes}
-        service = {"sglang_container_name": SERVICE, "sglang_port": PORT,
-                   "sglang_flags": {"enable-linear-replayssm-spec": True, "speculative-num-draft-tokens": 16,
-                                    "mamba-ssm-dtype": "float32", "enable-metrics": True},
-                   "sglang_env": {"SGLANG_DOUBLE_ARGS": f"--enable-metrics --accept-length-file {BAD_DRAFT}"},
-                   "sglang_monitor_smoke_prompts": str(root / "prompts.jsonl"),
-                   "sglang_monitor_smoke_thresholds": str(root / "thresholds.yaml"),
-                   "sglang_monitor_smoke_max_new_tokens": 16, "sglang_monitor_smoke_interval": "10min",
-                   "sglang_monitor_smoke_cpus": "", "sglang_monitor_smoke_memory": ""}
-        return write_inventory(fleet, root / f"{name}.json", saved_images["v1"], host_overrides=per_node,
-                               **{**service, **overrides})
+        per_node = {
+            n.name: {  # node1 runs the jobs on systemd timers, the others leave scheduling to the operator
+                "sglang_monitor_textfile_dir": str(n.root / "textfile"),
+                "sglang_monitor_unit_dir": str(n.root / "systemd"),
+                "sglang_monitor_systemctl": str(n.bin_dir / "systemctl"),
+                "sglang_monitor_scheduler": "systemd" if n is fleet.nodes[0] else "none",
+                **(host_overrides or {}).get(n.name, {}),
+            }
+            for n in fleet.nodes
+        }
+        service = {
+            "sglang_container_name": SERVICE,
+            "sglang_port": PORT,
+            "sglang_flags": {
+                "enable-linear-replayssm-spec": True,
+                "speculative-num-draft-tokens": 16,
+                "mamba-ssm-dtype": "float32",
+                "enable-metrics": True,
+            },
+            "sglang_env": {"SGLANG_DOUBLE_ARGS": f"--enable-metrics --accept-length-file {BAD_DRAFT}"},
+            "sglang_monitor_smoke_prompts": str(root / "prompts.jsonl"),
+            "sglang_monitor_smoke_thresholds": str(root / "thresholds.yaml"),
+            "sglang_monitor_smoke_max_new_tokens": 16,
+            "sglang_monitor_smoke_interval": "10min",
+            "sglang_monitor_smoke_cpus": "",
+            "sglang_monitor_smoke_memory": "",
+        }
+        return write_inventory(
+            fleet, root / f"{name}.json", saved_images["v1"], host_overrides=per_node, **{**service, **overrides}
+        )
 
     result = ansible_playbook(fleet, "deploy.yml", inventory("deploy"), "-e", '{"sglang_rollout_serial": [3]}')
     assert result.rc == 0, result.output[-4000:]
     try:
         yield root, inventory
     finally:  # the nodes' containers go in parallel (the smoke's throwaway ones remove themselves)
-        removals = [threading.Thread(target=node.dockerd.docker, args=("rm", "-f", SERVICE),
-                                     kwargs={"check": False, "timeout": 120}) for node in fleet.nodes]
+        removals = [
+            threading.Thread(
+                target=node.dockerd.docker, args=("rm", "-f", SERVICE), kwargs={"check": False, "timeout": 120}
+            )
+            for node in fleet.nodes
+        ]
         for thread in removals:
             thread.start()
         for thread in removals:
@@ -104,8 +144,11 @@ def watch(fleet, saved_images, tmp_path_factory):
 def test_a_node_without_the_textfile_folder_stops_the_install_everywhere(fleet, watch):
     root, inventory = watch
     missing = fleet.nodes[2].root / "no-textfile"
-    inv = inventory("missing-textfile", {"node3": {"sglang_monitor_textfile_dir": str(missing)}},
-                    sglang_container_name="sglang-watch-x")
+    inv = inventory(
+        "missing-textfile",
+        {"node3": {"sglang_monitor_textfile_dir": str(missing)}},
+        sglang_container_name="sglang-watch-x",
+    )
     result = ansible_playbook(fleet, "monitor.yml", inv)
     assert result.rc != 0
     assert f"node3: {missing} does not exist" in " ".join(result.output.split())
@@ -120,34 +163,57 @@ def test_monitor_installs_the_jobs_and_a_rerun_changes_nothing(fleet, watch):
     # the draft goes bad on node2: outputs stay correct, only acceptance falls
     node2.dockerd.docker("exec", SERVICE, "sh", "-c", f"echo 1.0 > {BAD_DRAFT}")
     # node3's serving process (PID 1 in its container) found the overlay's fold not bitwise and fell back
-    record = {"schema": 1, "pid": 1, "time": time.time(), "outcome": "mismatch", "detail": "planted by the test",
-              "seed": 0, "geometry": {}, "seconds": 0.1,
-              "fold": {"fold": "sglang", "reason": "self-check before serving: planted", "decided": True}}
-    node3.dockerd.docker("exec", "-i", SERVICE, "sh", "-c",
-                         "mkdir -p /tmp/replayssm-overlay && cat > /tmp/replayssm-overlay/selfcheck-1.json",
-                         input=json.dumps(record))
+    record = {
+        "schema": 1,
+        "pid": 1,
+        "time": time.time(),
+        "outcome": "mismatch",
+        "detail": "planted by the test",
+        "seed": 0,
+        "geometry": {},
+        "seconds": 0.1,
+        "fold": {"fold": "sglang", "reason": "self-check before serving: planted", "decided": True},
+    }
+    node3.dockerd.docker(
+        "exec",
+        "-i",
+        SERVICE,
+        "sh",
+        "-c",
+        "mkdir -p /tmp/replayssm-overlay && cat > /tmp/replayssm-overlay/selfcheck-1.json",
+        input=json.dumps(record),
+    )
     result = ansible_playbook(fleet, "monitor.yml", inventory("monitor"))
     assert result.rc == 0, result.output[-4000:]
     for node in fleet.nodes:
         facts = (node.root / "textfile" / f"replayssm_node_{SERVICE}.prom").read_text()
         assert f'replayssm_node_container_running{{service="{SERVICE}",sglang_port="{PORT}"}} 1' in facts
-        assert 'replayssm_node_sglang_metrics_enabled{' in facts and "replayssm_overlay_fold_in_use{" in facts
+        assert "replayssm_node_sglang_metrics_enabled{" in facts and "replayssm_overlay_fold_in_use{" in facts
         smoke = (node.root / "textfile" / f"replayssm_smoke_{SERVICE}.prom").read_text()
         assert 'replayssm_smoke_accept_length_baseline{class="code"' in smoke
         assert (node.state_dir / "monitor" / SERVICE / "smoke" / "report.json").exists()
-        units = sorted(p.name for p in (node.root / "systemd").iterdir())
-        assert units == [f"sglang-monitor-{j}-{SERVICE}.{u}" for j in ("metrics", "smoke") for u in ("service", "timer")]
-        verify = subprocess.run(["systemd-analyze", "verify", "--man=no",
-                                 *(str(node.root / "systemd" / u) for u in units)], capture_output=True, text=True)
-        assert verify.returncode == 0 and not (verify.stdout + verify.stderr).strip(), verify.stdout + verify.stderr
-        calls = (node.bin_dir / "systemctl.log").read_text().splitlines()
-        assert calls[0] == "daemon-reload" and f"enable --now sglang-monitor-smoke-{SERVICE}.timer" in calls
-    assert 'replayssm_overlay_fold_in_use{fold="sglang",service="sglang-watch",sglang_port="30100"} 1' in (
-        node3.root / "textfile" / f"replayssm_node_{SERVICE}.prom").read_text()
+    node1 = fleet.nodes[0]
+    units = sorted(p.name for p in (node1.root / "systemd").iterdir())
+    assert units == [f"sglang-monitor-{j}-{SERVICE}.{u}" for j in ("metrics", "smoke") for u in ("service", "timer")]
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *(str(node1.root / "systemd" / u) for u in units)],
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0 and not (verify.stdout + verify.stderr).strip(), verify.stdout + verify.stderr
+    calls = (node1.bin_dir / "systemctl.log").read_text().splitlines()
+    assert calls[0] == "daemon-reload" and f"enable --now sglang-monitor-smoke-{SERVICE}.timer" in calls
+    for node in (node2, node3):  # scheduler none: the jobs and their config, no units
+        assert not list((node.root / "systemd").iterdir()) and not (node.bin_dir / "systemctl.log").exists()
+    assert (
+        'replayssm_overlay_fold_in_use{fold="sglang",service="sglang-watch",sglang_port="30100"} 1'
+        in (node3.root / "textfile" / f"replayssm_node_{SERVICE}.prom").read_text()
+    )
     assert "replayssm_smoke_success{" in (node2.root / "textfile" / f"replayssm_smoke_{SERVICE}.prom").read_text()
     # idempotent: the same settings again change nothing (one node is enough to show it, and cheaper)
-    again = ansible_playbook(fleet, "monitor.yml", inventory("monitor"), "-e", "sglang_monitor_run_now=false",
-                             "--limit", "node1")
+    again = ansible_playbook(
+        fleet, "monitor.yml", inventory("monitor"), "-e", "sglang_monitor_run_now=false", "--limit", "node1"
+    )
     assert again.rc == 0 and again.changed("node1") == 0, again.output[-3000:]
 
 
@@ -168,28 +234,63 @@ def test_prometheus_fires_the_dead_draft_alert_on_the_planted_node_only(fleet, w
     rules_dir = prom_root / "rules.d"
     rules_dir.mkdir(parents=True)
     addresses = [n.address for n in fleet.nodes]
-    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-              "rule_files": [f"{rules_dir}/*.yml"],
-              "scrape_configs": [{"job_name": "sglang", "static_configs": [{"targets": [f"{a}:{PORT}" for a in addresses]}]},
-                                 {"job_name": "node", "static_configs": [{"targets": [f"{a}:9100" for a in addresses]}]}]}
-    exporters = [NodeExporter(root / f"exporter-{n.name}", n.root / "textfile", n.address,
-                              ["nsenter", f"--net=/run/netns/{n.netns}", "--"]) for n in fleet.nodes]
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [f"{rules_dir}/*.yml"],
+        "scrape_configs": [
+            {"job_name": "sglang", "static_configs": [{"targets": [f"{a}:{PORT}" for a in addresses]}]},
+            {"job_name": "node", "static_configs": [{"targets": [f"{a}:9100" for a in addresses]}]},
+        ],
+    }
+    exporters = [
+        NodeExporter(
+            root / f"exporter-{n.name}",
+            n.root / "textfile",
+            n.address,
+            ["nsenter", f"--net=/run/netns/{n.netns}", "--"],
+        )
+        for n in fleet.nodes
+    ]
     prom = Prometheus(prom_root, config, fleet.controller_address, fleet.netns_cmd())
-    load = subprocess.Popen(fleet.netns_cmd(sys.executable, "-c", LOAD, "150",
-                                            *(f"http://{a}:{PORT}/generate" for a in addresses)))
+    load = subprocess.Popen(
+        fleet.netns_cmd(sys.executable, "-c", LOAD, "150", *(f"http://{a}:{PORT}/generate" for a in addresses))
+    )
     try:
         for daemon in (*exporters, prom):
             daemon.wait_ready()
         inventory_path = root / "prometheus-host.json"
-        inventory_path.write_text(json.dumps({"sglang_prometheus": {"hosts": {"localhost": {
-            "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
-        result = ansible_playbook(fleet, "alerts.yml", inventory_path, "-e", json.dumps({
-            "sglang_alerts_rules_dir": str(rules_dir), "sglang_alerts_prometheus_url": prom.url,
-            "sglang_alerts_settings": FAST_RULES}))
+        inventory_path.write_text(
+            json.dumps(
+                {
+                    "sglang_prometheus": {
+                        "hosts": {
+                            "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+                        }
+                    }
+                }
+            )
+        )
+        result = ansible_playbook(
+            fleet,
+            "alerts.yml",
+            inventory_path,
+            "-e",
+            json.dumps(
+                {
+                    "sglang_alerts_rules_dir": str(rules_dir),
+                    "sglang_alerts_prometheus_url": prom.url,
+                    "sglang_alerts_settings": FAST_RULES,
+                }
+            ),
+        )
         assert result.rc == 0, result.output[-4000:]
-        expected = {"ReplaySSMDraftAcceptanceCollapsed": {"node2"}, "ReplaySSMSmokeAcceptanceBelowBaseline": {"node2"},
-                    "ReplaySSMSmokeFailed": {"node2"}, "ReplaySSMServingWithSGLangFold": {"node3"},
-                    "ReplaySSMSelfCheckNotBitwise": {"node3"}}
+        expected = {
+            "ReplaySSMDraftAcceptanceCollapsed": {"node2"},
+            "ReplaySSMSmokeAcceptanceBelowBaseline": {"node2"},
+            "ReplaySSMSmokeFailed": {"node2"},
+            "ReplaySSMServingWithSGLangFold": {"node3"},
+            "ReplaySSMSelfCheckNotBitwise": {"node3"},
+        }
         deadline, firing = time.monotonic() + 90, {}
         while time.monotonic() < deadline:
             firing = _firing(prom, {n.address: n.name for n in fleet.nodes})
@@ -216,7 +317,7 @@ def _every_dashboard_query_evaluates(prom) -> None:
     for expr in queries:
         concrete = expr.replace("$host", ".+").replace("$service", ".+")
         if concrete.startswith("label_values("):  # a Grafana variable: the series it lists
-            concrete = concrete[len("label_values("):].split(",")[0]
+            concrete = concrete[len("label_values(") :].split(",")[0]
         answer = prom.query(concrete)
         assert answer["status"] == "success", (expr, answer)
         assert answer["data"]["result"], f"no data for the dashboard query {expr}"

@@ -66,16 +66,18 @@ class _Daemon:
         self.root, self.name, self.netns_cmd = root, name, netns_cmd
         self.log_path = root / f"{name}.log"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
 
     def _http(self, url: str, method: str = "GET") -> tuple[int, bytes]:
         if self.netns_cmd:
-            proc = subprocess.run([*self.netns_cmd, sys.executable, "-c", _NETNS_HTTP, url, method],
-                                  capture_output=True, timeout=30)
+            proc = subprocess.run(
+                [*self.netns_cmd, sys.executable, "-c", _NETNS_HTTP, url, method], capture_output=True, timeout=30
+            )
             if proc.returncode != 0:
                 raise OSError(proc.stderr.decode(errors="replace")[-500:])
             status, _, body = proc.stdout.partition(b"\n")
@@ -118,10 +120,20 @@ class Prometheus(_Daemon):
         self.url = f"http://{address}:{free_port() if address == '127.0.0.1' else 9090}"
         root.mkdir(parents=True, exist_ok=True)
         (root / "prometheus.yml").write_text(json.dumps(config, indent=2))
-        super().__init__(root, "prometheus", [
-            *(netns_cmd or []), tool("prometheus"), f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address={self.url.split('//')[1]}",
-            "--web.enable-lifecycle", "--log.level=warn"], netns_cmd)
+        super().__init__(
+            root,
+            "prometheus",
+            [
+                *(netns_cmd or []),
+                tool("prometheus"),
+                f"--config.file={root / 'prometheus.yml'}",
+                f"--storage.tsdb.path={root / 'data'}",
+                f"--web.listen-address={self.url.split('//')[1]}",
+                "--web.enable-lifecycle",
+                "--log.level=warn",
+            ],
+            netns_cmd,
+        )
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         super().wait_ready(self.url + "/-/ready", timeout)
@@ -144,13 +156,22 @@ class NodeExporter(_Daemon):
     """node_exporter with only its textfile collector, reading `textfile_dir`, on `address`:9100
     (127.0.0.1: a free port)."""
 
-    def __init__(self, root: Path, textfile_dir: Path, address: str = "127.0.0.1",
-                 netns_cmd: list[str] | None = None):
+    def __init__(self, root: Path, textfile_dir: Path, address: str = "127.0.0.1", netns_cmd: list[str] | None = None):
         self.url = f"http://{address}:{free_port() if address == '127.0.0.1' else 9100}"
-        super().__init__(root, "node_exporter", [
-            *(netns_cmd or []), tool("prometheus-node-exporter"), "--collector.disable-defaults",
-            "--collector.textfile", f"--collector.textfile.directory={textfile_dir}",
-            f"--web.listen-address={self.url.split('//')[1]}", "--log.level=warn"], netns_cmd)
+        super().__init__(
+            root,
+            "node_exporter",
+            [
+                *(netns_cmd or []),
+                tool("prometheus-node-exporter"),
+                "--collector.disable-defaults",
+                "--collector.textfile",
+                f"--collector.textfile.directory={textfile_dir}",
+                f"--web.listen-address={self.url.split('//')[1]}",
+                "--log.level=warn",
+            ],
+            netns_cmd,
+        )
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         super().wait_ready(self.url + "/metrics", timeout)

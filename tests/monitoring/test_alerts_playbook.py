@@ -25,14 +25,34 @@ RULES_FILE = "replayssm.rules.yml"
 
 def _play(tmp_path: Path, **extra) -> subprocess.CompletedProcess:
     inventory = tmp_path / "inv.json"
-    inventory.write_text(json.dumps({"sglang_prometheus": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    inventory.write_text(
+        json.dumps(
+            {
+                "sglang_prometheus": {
+                    "hosts": {
+                        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+                    }
+                }
+            }
+        )
+    )
     args = [arg for key, value in extra.items() for arg in ("-e", json.dumps({key: value}))]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / "alerts.yml"),
-                           *args], capture_output=True, text=True, env=env, cwd=DEPLOY, timeout=300)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_DEPRECATION_WARNINGS="False",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    )
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / "alerts.yml"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=DEPLOY,
+        timeout=300,
+    )
 
 
 def _flat(proc) -> str:
@@ -43,8 +63,9 @@ def _flat(proc) -> str:
 def prometheus(tmp_path):
     rules = tmp_path / "rules.d"
     rules.mkdir()
-    prom = Prometheus(tmp_path / "prometheus", {"global": {"evaluation_interval": "1s"},
-                                                "rule_files": [f"{rules}/*.yml"]})
+    prom = Prometheus(
+        tmp_path / "prometheus", {"global": {"evaluation_interval": "1s"}, "rule_files": [f"{rules}/*.yml"]}
+    )
     try:
         prom.wait_ready()
         yield prom, rules
@@ -56,19 +77,31 @@ def test_installs_checks_reloads_and_a_rerun_changes_nothing(tmp_path, prometheu
     prom, rules = prometheus
     dashboards = tmp_path / "dashboards"
     dashboards.mkdir()
-    proc = _play(tmp_path, sglang_alerts_rules_dir=str(rules), sglang_alerts_prometheus_url=prom.url,
-                 sglang_alerts_dashboard_dir=str(dashboards), sglang_alerts_settings={"accept_ratio": 0.5})
+    proc = _play(
+        tmp_path,
+        sglang_alerts_rules_dir=str(rules),
+        sglang_alerts_prometheus_url=prom.url,
+        sglang_alerts_dashboard_dir=str(dashboards),
+        sglang_alerts_settings={"accept_ratio": 0.5},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "Prometheus reloaded and serves them" in _flat(proc)
     installed = (rules / RULES_FILE).read_text()
     assert installed == load_alert_rules().render({"accept_ratio": 0.5})
     groups = prom.get("/api/v1/rules")["data"]["groups"]
     assert [(g["name"], g["file"], len(g["rules"])) for g in groups] == [
-        ("replayssm", str(rules / RULES_FILE), len(yaml.safe_load(installed)["groups"][0]["rules"]))]
+        ("replayssm", str(rules / RULES_FILE), len(yaml.safe_load(installed)["groups"][0]["rules"]))
+    ]
     assert json.loads((dashboards / "replayssm-fleet.json").read_text()) == json.loads(
-        (MONITORING / "grafana-dashboard.json").read_text())
-    again = _play(tmp_path, sglang_alerts_rules_dir=str(rules), sglang_alerts_prometheus_url=prom.url,
-                  sglang_alerts_dashboard_dir=str(dashboards), sglang_alerts_settings={"accept_ratio": 0.5})
+        (MONITORING / "grafana-dashboard.json").read_text()
+    )
+    again = _play(
+        tmp_path,
+        sglang_alerts_rules_dir=str(rules),
+        sglang_alerts_prometheus_url=prom.url,
+        sglang_alerts_dashboard_dir=str(dashboards),
+        sglang_alerts_settings={"accept_ratio": 0.5},
+    )
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
 
 
@@ -97,12 +130,18 @@ def test_refusals_install_nothing(tmp_path, case):
     rules = tmp_path / "rules.d"
     rules.mkdir()
     extra, message = {
-        "bad setting": ({"sglang_alerts_settings": {"accept_ratio": 2}},
-                        "accept_ratio must be a number in (0, 1], got 2; nothing was installed."),
-        "no promtool": ({"sglang_alerts_promtool": "/nonexistent/promtool"},
-                        "/nonexistent/promtool not found; it checks the rules before they are installed"),
-        "no rules folder given": ({"sglang_alerts_rules_dir": ""},
-                                  "set sglang_alerts_rules_dir to the absolute path of the folder Prometheus reads"),
+        "bad setting": (
+            {"sglang_alerts_settings": {"accept_ratio": 2}},
+            "accept_ratio must be a number in (0, 1], got 2; nothing was installed.",
+        ),
+        "no promtool": (
+            {"sglang_alerts_promtool": "/nonexistent/promtool"},
+            "/nonexistent/promtool not found; it checks the rules before they are installed",
+        ),
+        "no rules folder given": (
+            {"sglang_alerts_rules_dir": ""},
+            "set sglang_alerts_rules_dir to the absolute path of the folder Prometheus reads",
+        ),
     }[case]
     proc = _play(tmp_path, **{"sglang_alerts_rules_dir": str(rules), **extra})
     assert proc.returncode != 0

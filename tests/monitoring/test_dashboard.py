@@ -38,7 +38,9 @@ def test_the_dashboard_is_importable():
     for panel in DASHBOARD["panels"]:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24
-        area = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        area = {
+            (x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])
+        }
         assert not area & cells, f"{panel['title']} overlaps another panel"
         cells |= area
     for panel in PANELS:
@@ -53,7 +55,7 @@ def test_every_query_evaluates(empty_prometheus):
     for expr in _queries():
         concrete = expr.replace("$host", ".+").replace("$service", ".+")
         if concrete.startswith("label_values("):
-            concrete = concrete[len("label_values("):].split(",")[0]
+            concrete = concrete[len("label_values(") :].split(",")[0]
         answer = empty_prometheus.query(concrete)
         assert answer["status"] == "success", (expr, answer)
 

@@ -29,11 +29,22 @@ NODE = {
 def _monitor(tmp_path, **overrides) -> subprocess.CompletedProcess:
     inventory = tmp_path / "inv.json"
     inventory.write_text(json.dumps({"sglang_nodes": {"hosts": {"gpu01": {**NODE, **overrides}}}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / "monitor.yml")],
-                          capture_output=True, text=True, env=env, cwd=DEPLOY, timeout=300)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_DEPRECATION_WARNINGS="False",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    )
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / "monitor.yml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=DEPLOY,
+        timeout=300,
+    )
 
 
 def _cases(tmp_path: Path) -> dict:
@@ -42,20 +53,28 @@ def _cases(tmp_path: Path) -> dict:
     no_baseline = tmp_path / "thresholds.yaml"
     no_baseline.write_text('profiles: [{name: site, match: ["*"], acceptance: {code: {min_mean_accept_length: 2}}}]\n')
     return {
-        "no --enable-metrics": ({"sglang_flags": {"enable-linear-replayssm-spec": True}},
-                                "gpu01: sglang-overlay runs SGLang without --enable-metrics"),
-        "prompt file that does not parse": ({"sglang_monitor_smoke_prompts": str(bad_prompts)},
-                                            f"nothing was installed: {bad_prompts}:2: give exactly one of 'prompt' or "
-                                            "'input_ids'"),
+        "no --enable-metrics": (
+            {"sglang_flags": {"enable-linear-replayssm-spec": True}},
+            "gpu01: sglang-overlay runs SGLang without --enable-metrics",
+        ),
+        "prompt file that does not parse": (
+            {"sglang_monitor_smoke_prompts": str(bad_prompts)},
+            f"nothing was installed: {bad_prompts}:2: give exactly one of 'prompt' or " "'input_ids'",
+        ),
         "thresholds without a baseline for the model": (
             {"sglang_monitor_smoke_thresholds": str(no_baseline), "sglang_monitor_smoke_args": ["--classes", "code"]},
             f"{no_baseline}: profile 'site' (model '/models/Qwen3.5-35B-A3B') has no baseline_accept_length for "
-            "class(es) ['code']"),
+            "class(es) ['code']",
+        ),
         "the built-in thresholds have no baseline for this model": (
             {"sglang_model_path": "/models/Llama-3-70B"},
-            "profile 'default' (model '/models/Llama-3-70B') has no baseline_accept_length"),
+            "profile 'default' (model '/models/Llama-3-70B') has no baseline_accept_length",
+        ),
         "unknown scheduler": ({"sglang_monitor_scheduler": "cron"}, "sglang_monitor_scheduler systemd or none"),
-        "bad smoke argument": ({"sglang_monitor_smoke_args": ["--concurrency", "0"]}, "--concurrency must be in [1, 64]"),
+        "bad smoke argument": (
+            {"sglang_monitor_smoke_args": ["--concurrency", "0"]},
+            "--concurrency must be in [1, 64]",
+        ),
     }
 
 

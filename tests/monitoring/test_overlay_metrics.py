@@ -17,22 +17,44 @@ SGLANG_DIR = next((REPO / ".venv" / "lib").glob("python3*/site-packages/sglang")
 
 
 def _record(pid: int, outcome: str, kind: str) -> dict:
-    return {"schema": 1, "pid": pid, "time": 1.0, "outcome": outcome, "detail": "test", "seed": 0, "geometry": {},
-            "fold": {"fold": kind, "reason": "test", "decided": True}, "seconds": 0.1}
+    return {
+        "schema": 1,
+        "pid": pid,
+        "time": 1.0,
+        "outcome": outcome,
+        "detail": "test",
+        "seed": 0,
+        "geometry": {},
+        "fold": {"fold": kind, "reason": "test", "decided": True},
+        "seconds": 0.1,
+    }
 
 
 def _status(selfcheck: list, fallbacks: list | None = None) -> dict:
-    return {"overlay_version": "0.1.0", "release": "0.5.19", "declared_version": "0.5.19", "state": "patched",
-            "unverified": False, "kernels": {"fold": "overlay-cuda", "fallbacks_recorded": fallbacks or []},
-            "selfcheck": selfcheck}
+    return {
+        "overlay_version": "0.1.0",
+        "release": "0.5.19",
+        "declared_version": "0.5.19",
+        "state": "patched",
+        "unverified": False,
+        "kernels": {"fold": "overlay-cuda", "fallbacks_recorded": fallbacks or []},
+        "selfcheck": selfcheck,
+    }
 
 
 def test_facts_come_from_the_live_serving_processes():
-    found = metrics.facts(_status(
-        [{**_record(11, "passed", "overlay-cuda"), "alive": True}, {**_record(12, "mismatch", "sglang"), "alive": True},
-         {**_record(13, "passed", "overlay-cuda"), "alive": True}, {**_record(9, "passed", "overlay-jit"), "alive": False},
-         {"problem": "unreadable record: not a JSON object", "path": "/x"}],
-        [{"shape": "B=8 T=16", "pid": 11}, {"shape": "B=8 T=16", "pid": 13}, {"shape": "B=4 T=9", "pid": 12}]))
+    found = metrics.facts(
+        _status(
+            [
+                {**_record(11, "passed", "overlay-cuda"), "alive": True},
+                {**_record(12, "mismatch", "sglang"), "alive": True},
+                {**_record(13, "passed", "overlay-cuda"), "alive": True},
+                {**_record(9, "passed", "overlay-jit"), "alive": False},
+                {"problem": "unreadable record: not a JSON object", "path": "/x"},
+            ],
+            [{"shape": "B=8 T=16", "pid": 11}, {"shape": "B=8 T=16", "pid": 13}, {"shape": "B=4 T=9", "pid": 12}],
+        )
+    )
     assert found["fold_in_use"] == ["overlay-cuda", "sglang"]  # the dead process's overlay-jit is not in use
     assert found["selfcheck_outcomes"] == {"passed": 2, "mismatch": 1}
     assert found["serving_processes"] == 3 and found["unreadable_records"] == 1
@@ -50,8 +72,10 @@ def test_no_serving_process_is_fold_none_and_every_kind_is_a_gauge(tmp_path):
 
 def test_the_text_passes_promtool_and_escapes_label_values(tmp_path):
     odd = 'B=8 "T"=16 \\ raw\nnext'
-    text = metrics.exposition(metrics.facts(_status([{**_record(5, "not-covered", "sglang"), "alive": True}],
-                                                    [{"shape": odd, "pid": 5}])), {"service": "a\"b"})
+    text = metrics.exposition(
+        metrics.facts(_status([{**_record(5, "not-covered", "sglang"), "alive": True}], [{"shape": odd, "pid": 5}])),
+        {"service": 'a"b'},
+    )
     promtool = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert promtool.returncode == 0, promtool.stdout + promtool.stderr
     assert 'shape="B=8 \\"T\\"=16 \\\\ raw\\nnext"' in text
@@ -60,8 +84,13 @@ def test_the_text_passes_promtool_and_escapes_label_values(tmp_path):
 
 def _cli(*args: str, state_dir) -> subprocess.CompletedProcess:
     env = dict(os.environ, RSO_STATE_DIR=str(state_dir), PYTHONPATH=str(REPO / "overlay"))
-    return subprocess.run([sys.executable, "-m", "replayssm_overlay", "metrics", "--sglang-dir", str(SGLANG_DIR), *args],
-                          capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "replayssm_overlay", "metrics", "--sglang-dir", str(SGLANG_DIR), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_the_command_reads_the_records_and_writes_a_file_whole(tmp_path):
@@ -83,11 +112,14 @@ def test_the_command_reads_the_records_and_writes_a_file_whole(tmp_path):
     assert facts["fold_in_use"] == ["sglang"] and facts["selfcheck_outcomes"] == {"mismatch": 1}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--label", "service"], "--label 'service' is not KEY=VALUE"),
-    (["--label", "__name__=x"], "is not KEY=VALUE with a Prometheus label name"),
-    (["--out", "/nonexistent/folder/x.prom"], "/nonexistent/folder"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--label", "service"], "--label 'service' is not KEY=VALUE"),
+        (["--label", "__name__=x"], "is not KEY=VALUE with a Prometheus label name"),
+        (["--out", "/nonexistent/folder/x.prom"], "/nonexistent/folder"),
+    ],
+)
 def test_bad_arguments_are_one_clear_message(tmp_path, args, message):
     proc = _cli(*args, state_dir=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -14,8 +14,17 @@ from replayssm_overlay.promtext import value_of
 def _prom(tmp_path, smoke, url, *extra):
     out = tmp_path / "textfile" / "smoke.prom"
     out.parent.mkdir(exist_ok=True)
-    code, doc, text = smoke("--target", url, "--prom-out", str(out), "--prom-label", "service=sglang-overlay",
-                            "--prom-label", "sglang_port=30000", *extra)
+    code, doc, text = smoke(
+        "--target",
+        url,
+        "--prom-out",
+        str(out),
+        "--prom-label",
+        "service=sglang-overlay",
+        "--prom-label",
+        "sglang_port=30000",
+        *extra,
+    )
     return code, doc, out.read_text()
 
 
@@ -41,7 +50,9 @@ def test_failed_and_stopped_runs_keep_the_last_success(tmp_path, double, smoke):
     code, _, failed = _prom(tmp_path, smoke, double("--accept-length", "1.0"))
     assert code == 1
     assert value_of(failed, "replayssm_smoke_success") == 0 and value_of(failed, "replayssm_smoke_exit_code") == 1
-    assert 'replayssm_smoke_gate_passed{gate="acceptance.code",service="sglang-overlay",sglang_port="30000"} 0' in failed
+    assert (
+        'replayssm_smoke_gate_passed{gate="acceptance.code",service="sglang-overlay",sglang_port="30000"} 0' in failed
+    )
     assert value_of(failed, "replayssm_smoke_last_success_timestamp_seconds") == success
     assert value_of(failed, "replayssm_smoke_last_run_timestamp_seconds") > success
     code, doc, stopped = _prom(tmp_path, smoke, "http://127.0.0.1:9")  # nothing listens: exit 2
@@ -53,7 +64,9 @@ def test_failed_and_stopped_runs_keep_the_last_success(tmp_path, double, smoke):
 
 def test_without_a_baseline_no_baseline_series_is_written(tmp_path, double, smoke):
     thresholds = tmp_path / "t.yaml"
-    thresholds.write_text('profiles: [{name: plain, match: ["*"], acceptance: {code: {min_mean_accept_length: 1.5}}}]\n')
+    thresholds.write_text(
+        'profiles: [{name: plain, match: ["*"], acceptance: {code: {min_mean_accept_length: 1.5}}}]\n'
+    )
     code, _, text = _prom(tmp_path, smoke, double(), "--thresholds", str(thresholds), "--classes", "code")
     assert code == 0
     assert "replayssm_smoke_accept_length{" in text and "replayssm_smoke_accept_length_baseline" not in text
@@ -71,8 +84,12 @@ def test_no_metrics_gate_reports_the_cross_check_without_gating(double, smoke):
 def test_check_inputs_accepts_good_files(smoke, capsys):
     from replayssm_smoke import cli
 
-    assert cli.main(["--check-inputs", "--model", "/models/Qwen3.5-35B-A3B", "--algorithm", "DFLASH",
-                     "--require-baseline"]) == 0
+    assert (
+        cli.main(
+            ["--check-inputs", "--model", "/models/Qwen3.5-35B-A3B", "--algorithm", "DFLASH", "--require-baseline"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "inputs OK: 20 prompts in classes code, json, math, prose" in out
     assert "profile 'qwen3-next-gdn-dflash' for /models/Qwen3.5-35B-A3B, baseline for code, json, math, prose" in out
@@ -86,21 +103,29 @@ def test_check_inputs_refuses_with_a_clear_message(tmp_path, capsys, case):
     prompts.write_text('{"id": "a", "class": "code", "prompt": "x"}\n{"id": "b", "class": "code", "prompt": \n')
     argv, message = {
         "prompt file that does not parse": (["--prompts", str(prompts)], f"{prompts}:2: not valid JSON"),
-        "no baseline for the model": (["--model", "/models/Llama-3-8B", "--require-baseline"],
-                                      "profile 'default' (model '/models/Llama-3-8B') has no baseline_accept_length "
-                                      "for class(es) ['code', 'json', 'math', 'prose']"),
+        "no baseline for the model": (
+            ["--model", "/models/Llama-3-8B", "--require-baseline"],
+            "profile 'default' (model '/models/Llama-3-8B') has no baseline_accept_length "
+            "for class(es) ['code', 'json', 'math', 'prose']",
+        ),
     }[case]
     assert cli.main(["--check-inputs", *argv]) == 2
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--check-inputs", "--require-baseline"], "--require-baseline needs --model"),
-    (["--target", "http://x:1", "--record", "g.json", "--prom-out", "x.prom"], "--prom-out goes with a smoke run"),
-    (["--target", "http://x:1", "--prom-label", "service"], "--prom-label 'service' is not KEY=VALUE"),
-    (["--target", "http://x:1", "--model", "m"], "--model, --algorithm and --require-baseline go with --check-inputs"),
-    ([], "--target is required (unless --check-inputs)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--check-inputs", "--require-baseline"], "--require-baseline needs --model"),
+        (["--target", "http://x:1", "--record", "g.json", "--prom-out", "x.prom"], "--prom-out goes with a smoke run"),
+        (["--target", "http://x:1", "--prom-label", "service"], "--prom-label 'service' is not KEY=VALUE"),
+        (
+            ["--target", "http://x:1", "--model", "m"],
+            "--model, --algorithm and --require-baseline go with --check-inputs",
+        ),
+        ([], "--target is required (unless --check-inputs)"),
+    ],
+)
 def test_usage_errors(capsys, argv, message):
     from replayssm_smoke import cli
 
