@@ -314,7 +314,8 @@ def test_status_reports_every_node(fleet, saved_images, tmp_path):
     result = ansible_playbook(fleet, "status.yml", inventory, "-e", f"sglang_status_json={report}")
     assert result.rc == 0, result.output[-4000:]
     table = [line for line in result.output.splitlines() if re.match(r"\s+(HOST\s+SERVICE|node\d\s)", line)]
-    assert re.search(r"HOST\s+SERVICE\s+PORT\s+RUNNING\s+HEALTHY", table[0]) and len(table) == 4
+    assert re.search(r"HOST\s+SERVICE\s+PORT\s+RUNNING\s+HEALTHY", table[0]) and len(table) == 8
+    assert re.search(r"HOST\s+SERVICE\s+FOLD\s+SELF-CHECK", table[4])  # the second table: what each node serves with
     assert max(map(len, table)) <= 120
     rows = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}
     assert set(rows) == {"node1", "node2", "node3"}

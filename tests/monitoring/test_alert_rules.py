@@ -12,6 +12,7 @@ import subprocess
 import pytest
 import yaml
 
+from tests.infra.prometheus import tool
 from tests.monitoring.conftest import REPO, load_alert_rules
 
 RULES = load_alert_rules()
@@ -476,3 +477,26 @@ def test_the_example_scrape_config_is_valid(tmp_path, promtool):
         name: {t.rsplit(":", 1)[0] for c in job["static_configs"] for t in c["targets"]} for name, job in jobs.items()
     }
     assert hosts["sglang"] == hosts["node"]  # the rules join a node's two targets by this host part
+
+
+@pytest.mark.parametrize(
+    "alert, receiver",
+    [
+        ("ReplaySSMDraftAcceptanceCollapsed", "sglang-page"),
+        ("ReplaySSMServingWithSGLangFold", "sglang-oncall"),
+        ("ReplaySSMSmokeStale", "monitoring-owners"),
+        ("ReplaySSMAcceptanceUnwatched", "monitoring-owners"),
+    ],
+)
+def test_the_example_alertmanager_routes_by_the_rules_labels(alert, receiver):
+    example = REPO / "deploy" / "monitoring" / "alertmanager.example.yml"
+    amtool = tool("amtool")
+    assert subprocess.run([amtool, "check-config", str(example)], capture_output=True, timeout=60).returncode == 0
+    labels = [f"{key}={value}" for key, value in {"alertname": alert, **ALERTS[alert]["labels"]}.items()]
+    proc = subprocess.run(
+        [amtool, "config", "routes", "test", f"--config.file={example}", *labels],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.strip() == receiver, proc.stdout + proc.stderr
