@@ -89,7 +89,13 @@ def test_bad_input_is_refused_before_any_node_is_contacted(tmp_path, case):
 
 
 def test_a_good_inventory_gets_past_the_controller_checks(tmp_path):
-    """The same inventory with nothing wrong reaches the first task on the node (which then cannot connect)."""
-    proc = _monitor(tmp_path, ansible_ssh_common_args="-o ConnectTimeout=1")
+    """The same inventory with nothing wrong (--enable-metrics as a verbatim argument here) reaches the first task
+    on the node (which then cannot connect)."""
+    proc = _monitor(
+        tmp_path,
+        ansible_ssh_common_args="-o ConnectTimeout=1",
+        sglang_flags={"enable-linear-replayssm-spec": True},
+        sglang_extra_args=["--enable-metrics"],
+    )
     assert "The smoke inputs are valid" in proc.stdout and "Look for node_exporter's textfile folder" in proc.stdout
     assert "UNREACHABLE" in proc.stdout
