@@ -162,7 +162,7 @@ def rules(overrides: dict | None = None) -> dict:
             f"{WHERE}: a serving process commits with SGLang's fold, not the overlay's",
             "A live serving process on this node commits the GDN state with SGLang's own fold: its self-check "
             "before serving failed or found the pool not covered, the SSM state is not float32, RSO_FOLD=sglang "
-            "is set, or no prebuilt kernels match the node. Outputs are correct, commits are slower. "
+            "is set, or the CUDA commit kernel does not load on the node. Outputs are correct, commits are slower. "
             "`replayssm-overlay status` in the container says why (selfcheck[].detail).",
         ),
         _alert(
@@ -184,8 +184,8 @@ def rules(overrides: dict | None = None) -> dict:
             "warning",
             "fold",
             f"{WHERE}: commit shape {{{{ $labels.shape }}}} runs SGLang's fold",
-            "A live serving process met a commit shape that no prebuilt kernel covers and runs SGLang's fold for "
-            "its calls. Build kernels that cover it (replayssm-overlay kernels build) and roll out the image.",
+            "A live serving process met a commit shape that the overlay's kernel does not cover and runs SGLang's "
+            "fold for its calls. Build kernels that cover it (replayssm-overlay kernels build) and roll out the image.",
         ),
         _alert(
             "ReplaySSMSmokeFailed",

@@ -3,30 +3,40 @@
 as JSON (`make fleet-status` reads that).
 
 Why a separate view of the status: the failures that matter in production leave outputs correct and
-only cost speed (a node whose self-check switched it to SGLang's fold, a commit shape no prebuilt kernel
-covers), and an alert needs each as one number. `facts(status)` reduces the status document to them:
-the fold every live serving process commits with (from its self-check record, so it is the decision the
-server made, not what this separate process would pick), the self-check outcomes, the commit shapes that
-fell back to SGLang's fold, and the versions. `exposition(facts)` renders them; the fold in use is one
-0/1 gauge per kind, every known kind always present, so a switch to SGLang's fold is
+only cost speed (a node whose self-check switched it to SGLang's fold, a commit shape the overlay's kernel
+does not cover), and an alert needs each as one number. `facts(status)` reduces the status document to
+them: what every live serving process commits with (from its self-check record, so it is the decision the
+server made, not what this separate process would pick; on a ring release, 0.5.20 to 0.5.23, SGLang's own
+MTP commit), the self-check outcomes, the commit shapes that fell back to SGLang's fold, the protocol and
+what the commit is bitwise equal to (`exactness`), and the versions. `exposition(facts)` renders them; the
+fold in use is one 0/1 gauge per kind, every known kind always present, so a switch to SGLang's fold is
 `replayssm_overlay_fold_in_use{fold="sglang"} == 1`. Standard library only: it runs inside the serving
 container next to SGLang, from a periodic job.
 """
 
 from __future__ import annotations
 
-from replayssm_overlay import fold
+from replayssm_overlay import fold, protocol
 from replayssm_overlay.promtext import Exposition
 
-#: the fold kind reported when no live serving process has recorded one (no server started a GDN
-#: ReplaySSM pool on this node, or its records are gone)
+#: the kind reported when no live serving process has recorded one (no server started a GDN ReplaySSM
+#: pool on this node, or its records are gone)
 NO_FOLD = "none"
+#: the kind of a ring release's serving process: SGLang's own MTP commit commits, no fold of ours or SGLang's
+RING_COMMIT = "sglang-mtp-commit"
+KINDS = (*fold.FOLDS, RING_COMMIT, NO_FOLD)
+
+
+def _kind(record: dict) -> str:
+    if record.get("protocol") == protocol.RING:
+        return RING_COMMIT
+    return (record.get("fold") or {}).get("fold") or "unknown"
 
 
 def facts(status: dict) -> dict:
     """The watched facts of a `status --json` document (schema in `metrics --help`)."""
     live = [r for r in status.get("selfcheck") or [] if r.get("alive") and "problem" not in r]
-    in_use = sorted({(r.get("fold") or {}).get("fold") or "unknown" for r in live})
+    in_use = sorted({_kind(r) for r in live})
     outcomes: dict[str, int] = {}
     for record in live:
         outcomes[record.get("outcome") or "unknown"] = outcomes.get(record.get("outcome") or "unknown", 0) + 1
@@ -38,6 +48,8 @@ def facts(status: dict) -> dict:
         "sglang_declared_version": status.get("declared_version"),
         "patch_state": status.get("state"),
         "unverified": bool(status.get("unverified")),
+        "protocol": status.get("protocol"),
+        "bitwise_equal_to": (status.get("exactness") or {}).get("bitwise_equal_to"),
         "fold_in_use": in_use or [NO_FOLD],
         "fold_expected": kernels.get("fold"),
         "serving_processes": len(live),
@@ -58,15 +70,17 @@ def exposition(found: dict, labels: dict[str, str] | None = None) -> str:
         overlay_version=found["overlay_version"] or "",
         sglang_release=found["sglang_release"] or "unknown",
         sglang_version=found["sglang_declared_version"] or "unknown",
+        protocol=found["protocol"] or "unknown",
+        bitwise_equal_to=found["bitwise_equal_to"] or "none",
         patch_state=found["patch_state"] or "",
         unverified=str(found["unverified"]).lower(),
     )
-    for kind in sorted({*fold.FOLDS, NO_FOLD, *found["fold_in_use"]}):
+    for kind in sorted({*KINDS, *found["fold_in_use"]}):
         out.add(
             "replayssm_overlay_fold_in_use",
             "gauge",
             "1 for each fold a live serving process commits with (its self-check record); "
-            f'fold="{NO_FOLD}" when no serving process has recorded one.',
+            f'fold="{RING_COMMIT}" on a ring release, fold="{NO_FOLD}" when no serving process has recorded one.',
             int(kind in found["fold_in_use"]),
             fold=kind,
         )
@@ -93,7 +107,7 @@ def exposition(found: dict, labels: dict[str, str] | None = None) -> str:
     out.add(
         "replayssm_overlay_fallback_shapes",
         "gauge",
-        "Commit shapes live serving processes ran with SGLang's fold (no prebuilt kernel covers them).",
+        "Commit shapes live serving processes ran with SGLang's fold (the overlay's kernel does not cover them).",
         len(found["fallback_shapes"]),
     )
     for shape in found["fallback_shapes"]:

@@ -22,8 +22,12 @@ JSON (--json):
   sglang_declared_version  version the installation declares, or null
   patch_state              pristine | patched | mixed | unknown | missing
   unverified               true if a file was patched over an unknown base
+  protocol                 fold | ring | null (status --json's protocol)
+  bitwise_equal_to         what the commit's state is bitwise equal to
+                           (status --json's exactness), or null
   fold_in_use[]            the folds live serving processes commit with (their
-                           self-check records), or ["none"]
+                           self-check records; sglang-mtp-commit on a ring
+                           release), or ["none"]
   fold_expected            the fold a new serving process would choose
   serving_processes        live serving processes with a self-check record
   selfcheck_outcomes       {outcome: live processes}
@@ -31,7 +35,8 @@ JSON (--json):
   fallback_shapes[]        commit shapes live processes ran with SGLang's fold
 
 Prometheus text (default): replayssm_overlay_info{overlay_version, sglang_release,
-sglang_version, patch_state, unverified}, replayssm_overlay_fold_in_use{fold} (0/1,
+sglang_version, patch_state, unverified, protocol, bitwise_equal_to},
+replayssm_overlay_fold_in_use{fold} (0/1,
 every kind present), replayssm_overlay_serving_processes,
 replayssm_overlay_selfcheck_processes{outcome}, replayssm_overlay_unreadable_records,
 replayssm_overlay_fallback_shapes, replayssm_overlay_fallback_shape{shape}; each

@@ -200,7 +200,7 @@ def test_watch_table_fits_120_columns_and_says_what_it_does_not_know():
     assert lines[1].split() == ["h" * 16, "s" * 16, "overlay-cuda,sglang", "mismatch", "x1,", "passed", "x7", "1",
                                 "FAIL", "2026-12-06T09:00:00Z"]
     assert lines[2].split() == ["n2", "s", "-", "-", "-", "never"]
-    one_fold = f.sglang_watch_line({**row, "overlay": {**overlay, "fold_in_use": ["overlay-prebuilt"]}})
+    one_fold = f.sglang_watch_line({**row, "overlay": {**overlay, "fold_in_use": ["sglang-mtp-commit"]}})
     assert len(one_fold) <= 120 - len("        ")  # the default callback indents a block by 8
 
 

@@ -65,6 +65,14 @@ FAST_RULES = {
 FAKE_SYSTEMCTL = (
     '#!/bin/sh\n# fake systemctl of a test node (tests/deploy): logs its arguments\necho "$@" >> "$0.log"\n'
 )
+# a self-check record as the serving process (PID 1 of the container) would write it, naming that process
+PLANT_SELFCHECK = """\
+import json, sys
+from replayssm_overlay import records
+folder = records.record_dir()
+folder.mkdir(parents=True, exist_ok=True)
+(folder / "selfcheck-planted.json").write_text(json.dumps({**json.load(sys.stdin), "process": records.identity(1)}))
+"""
 LOAD = """\
 import json, sys, time, urllib.request
 end = time.monotonic() + float(sys.argv[1])
@@ -165,7 +173,7 @@ def test_monitor_installs_the_jobs_and_a_rerun_changes_nothing(fleet, watch):
     # node3's serving process (PID 1 in its container) found the overlay's fold not bitwise and fell back
     record = {
         "schema": 1,
-        "pid": 1,
+        "protocol": "fold",
         "time": time.time(),
         "outcome": "mismatch",
         "detail": "planted by the test",
@@ -174,15 +182,7 @@ def test_monitor_installs_the_jobs_and_a_rerun_changes_nothing(fleet, watch):
         "seconds": 0.1,
         "fold": {"fold": "sglang", "reason": "self-check before serving: planted", "decided": True},
     }
-    node3.dockerd.docker(
-        "exec",
-        "-i",
-        SERVICE,
-        "sh",
-        "-c",
-        "mkdir -p /tmp/replayssm-overlay && cat > /tmp/replayssm-overlay/selfcheck-1.json",
-        input=json.dumps(record),
-    )
+    node3.dockerd.docker("exec", "-i", SERVICE, "python3", "-c", PLANT_SELFCHECK, input=json.dumps(record))
     result = ansible_playbook(fleet, "monitor.yml", inventory("monitor"))
     assert result.rc == 0, result.output[-4000:]
     for node in fleet.nodes:

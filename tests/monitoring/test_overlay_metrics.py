@@ -10,16 +10,17 @@ import sys
 
 import pytest
 
-from replayssm_overlay import fold, metrics, promtext
+from replayssm_overlay import fold, metrics, promtext, records
 from tests.monitoring.conftest import REPO
 
 SGLANG_DIR = next((REPO / ".venv" / "lib").glob("python3*/site-packages/sglang"))
 
 
-def _record(pid: int, outcome: str, kind: str) -> dict:
+def _record(pid: int, outcome: str, kind: str, protocol: str = "fold") -> dict:
     return {
         "schema": 1,
         "pid": pid,
+        "protocol": protocol,
         "time": 1.0,
         "outcome": outcome,
         "detail": "test",
@@ -37,6 +38,8 @@ def _status(selfcheck: list, fallbacks: list | None = None) -> dict:
         "declared_version": "0.5.19",
         "state": "patched",
         "unverified": False,
+        "protocol": "fold",
+        "exactness": {"bitwise_equal_to": "replayssm-off-state"},
         "kernels": {"fold": "overlay-cuda", "fallbacks_recorded": fallbacks or []},
         "selfcheck": selfcheck,
     }
@@ -49,22 +52,35 @@ def test_facts_come_from_the_live_serving_processes():
                 {**_record(11, "passed", "overlay-cuda"), "alive": True},
                 {**_record(12, "mismatch", "sglang"), "alive": True},
                 {**_record(13, "passed", "overlay-cuda"), "alive": True},
-                {**_record(9, "passed", "overlay-jit"), "alive": False},
+                {**_record(9, "passed", "overlay-triton"), "alive": False},
                 {"problem": "unreadable record: not a JSON object", "path": "/x"},
             ],
             [{"shape": "B=8 T=16", "pid": 11}, {"shape": "B=8 T=16", "pid": 13}, {"shape": "B=4 T=9", "pid": 12}],
         )
     )
-    assert found["fold_in_use"] == ["overlay-cuda", "sglang"]  # the dead process's overlay-jit is not in use
+    assert found["fold_in_use"] == ["overlay-cuda", "sglang"]  # the dead process's overlay-triton is not in use
     assert found["selfcheck_outcomes"] == {"passed": 2, "mismatch": 1}
     assert found["serving_processes"] == 3 and found["unreadable_records"] == 1
     assert found["fallback_shapes"] == ["B=4 T=9", "B=8 T=16"]
     assert found["fold_expected"] == "overlay-cuda"
+    assert found["protocol"] == "fold" and found["bitwise_equal_to"] == "replayssm-off-state"
+
+
+def test_a_ring_release_commits_with_sglangs_mtp_commit_not_a_fold():
+    ring = {
+        **_status([{**_record(7, "ring-commit", "none", protocol="ring"), "alive": True}]),
+        "protocol": "ring",
+        "exactness": {"bitwise_equal_to": "sglang-mtp-commit"},
+    }
+    text = metrics.exposition(metrics.facts(ring))
+    assert 'replayssm_overlay_fold_in_use{fold="sglang-mtp-commit"} 1\n' in text
+    assert 'replayssm_overlay_fold_in_use{fold="sglang"} 0\n' in text and 'fold_in_use{fold="none"} 0\n' in text
+    assert 'bitwise_equal_to="sglang-mtp-commit"' in text and 'protocol="ring"' in text
 
 
 def test_no_serving_process_is_fold_none_and_every_kind_is_a_gauge(tmp_path):
     text = metrics.exposition(metrics.facts(_status([])), {"service": "svc"})
-    for kind in (*fold.FOLDS, metrics.NO_FOLD):
+    for kind in (*fold.FOLDS, metrics.RING_COMMIT, metrics.NO_FOLD):
         expected = 1 if kind == metrics.NO_FOLD else 0
         assert f'replayssm_overlay_fold_in_use{{fold="{kind}",service="svc"}} {expected}\n' in text
     assert "replayssm_overlay_fallback_shape{" not in text
@@ -96,8 +112,11 @@ def _cli(*args: str, state_dir) -> subprocess.CompletedProcess:
 def test_the_command_reads_the_records_and_writes_a_file_whole(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    (state / f"selfcheck-{os.getpid()}.json").write_text(json.dumps(_record(os.getpid(), "mismatch", "sglang")))
-    (state / "selfcheck-999999.json").write_text(json.dumps(_record(999999, "passed", "overlay-cuda")))
+    # as a serving process writes them: each names its process (this test's, alive; and one that is gone)
+    live = {**_record(os.getpid(), "mismatch", "sglang"), "process": records.identity()}
+    gone = {**_record(999999, "passed", "overlay-cuda"), "process": {**records.identity(), "pid": 999999}}
+    (state / "selfcheck-live.json").write_text(json.dumps(live))
+    (state / "selfcheck-gone.json").write_text(json.dumps(gone))
     out = tmp_path / "textfile" / "replayssm.prom"
     out.parent.mkdir()
     proc = _cli("--label", "service=sglang-overlay", "--out", str(out), state_dir=state)

@@ -105,7 +105,7 @@ def sglang_status_line(row):
     )
 
 
-WATCH_FORMAT = "%-16s %-16s %-16s %-24s %-9s %s"
+WATCH_FORMAT = "%-16s %-16s %-17s %-24s %-9s %s"
 WATCH_HEADER = ("HOST", "SERVICE", "FOLD", "SELF-CHECK", "FALLBACKS", "LAST SMOKE")
 
 
