@@ -24,7 +24,7 @@ import pytest
 
 from tests.deploy.runner import ansible_playbook, write_inventory
 from tests.infra.prometheus import NodeExporter, Prometheus
-from tests.monitoring.conftest import MONITORING
+from tests.monitoring.conftest import MONITORING, PROMETHEUS_HOST
 
 pytestmark = pytest.mark.slow
 
@@ -259,17 +259,7 @@ def test_prometheus_fires_the_dead_draft_alert_on_the_planted_node_only(fleet, w
         for daemon in (*exporters, prom):
             daemon.wait_ready()
         inventory_path = root / "prometheus-host.json"
-        inventory_path.write_text(
-            json.dumps(
-                {
-                    "sglang_prometheus": {
-                        "hosts": {
-                            "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-                        }
-                    }
-                }
-            )
-        )
+        inventory_path.write_text(json.dumps(PROMETHEUS_HOST))
         result = ansible_playbook(
             fleet,
             "alerts.yml",

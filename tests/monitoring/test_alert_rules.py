@@ -49,320 +49,149 @@ def fired(alert: str, summary: str, **labels) -> dict:
 
 
 WHERE = {"host": "n1", "service": "sglang-overlay", "instance": "n1:9100", "job": "node", "sglang_port": "30000"}
+# one case per few lines (a table) reads better than one value per line
+# fmt: off
 # name -> (input series, eval time, alert, expected alerts)
 CASES = {
     "live acceptance collapsed on one node": (
-        [
-            sglang("sglang:generation_tokens_total", "0+120x40"),
-            sglang("sglang:spec_verify_calls_total", "0+100x40"),
-            sglang("sglang:generation_tokens_total", "0+300x40", host="n2"),
-            sglang("sglang:spec_verify_calls_total", "0+100x40", host="n2"),
-            *(
-                node("replayssm_smoke_accept_length_baseline", v, host=h, **{"class": c})
-                for h in ("n1", "n2")
-                for c, v in (("code", "3x40"), ("prose", "2.5x40"))
-            ),
-        ],
-        "30m",
-        "ReplaySSMDraftAcceptanceCollapsed",
-        [
-            fired(
-                "ReplaySSMDraftAcceptanceCollapsed",
-                "n1 (sglang-overlay): live accept length 1.20 is below 0.6 x its baseline",
-                instance="n1:30000",
-                host="n1",
-                sglang_port="30000",
-                service="sglang-overlay",
-            )
-        ],
-    ),
+        [sglang("sglang:generation_tokens_total", "0+120x40"), sglang("sglang:spec_verify_calls_total", "0+100x40"),
+         sglang("sglang:generation_tokens_total", "0+300x40", host="n2"),
+         sglang("sglang:spec_verify_calls_total", "0+100x40", host="n2"),
+         *(node("replayssm_smoke_accept_length_baseline", v, host=h, **{"class": c})
+           for h in ("n1", "n2") for c, v in (("code", "3x40"), ("prose", "2.5x40")))],
+        "30m", "ReplaySSMDraftAcceptanceCollapsed",
+        [fired("ReplaySSMDraftAcceptanceCollapsed",
+               "n1 (sglang-overlay): live accept length 1.20 is below 0.6 x its baseline",
+               instance="n1:30000", host="n1", sglang_port="30000", service="sglang-overlay")]),
     "live acceptance: not before its for: duration": (
-        [
-            sglang("sglang:generation_tokens_total", "0+300x25 7620+120x15"),
-            sglang("sglang:spec_verify_calls_total", "0+100x40"),
-            node("replayssm_smoke_accept_length_baseline", "3x40", **{"class": "code"}),
-        ],
-        "30m",
-        "ReplaySSMDraftAcceptanceCollapsed",
-        [],
-    ),
+        [sglang("sglang:generation_tokens_total", "0+300x25 7620+120x15"),
+         sglang("sglang:spec_verify_calls_total", "0+100x40"),
+         node("replayssm_smoke_accept_length_baseline", "3x40", **{"class": "code"})],
+        "30m", "ReplaySSMDraftAcceptanceCollapsed", []),
     "live acceptance: an idle node fires nothing": (
-        [
-            sglang("sglang:generation_tokens_total", "500x40"),
-            sglang("sglang:spec_verify_calls_total", "400x40"),
-            node("replayssm_smoke_accept_length_baseline", "3x40", **{"class": "code"}),
-        ],
-        "30m",
-        "ReplaySSMDraftAcceptanceCollapsed",
-        [],
-    ),
+        [sglang("sglang:generation_tokens_total", "500x40"), sglang("sglang:spec_verify_calls_total", "400x40"),
+         node("replayssm_smoke_accept_length_baseline", "3x40", **{"class": "code"})],
+        "30m", "ReplaySSMDraftAcceptanceCollapsed", []),
     "smoke acceptance below its class baseline": (
-        [
-            node("replayssm_smoke_accept_length", "1.1x5", **{"class": "code"}),
-            node("replayssm_smoke_accept_length_baseline", "2.8x5", **{"class": "code"}),
-            node("replayssm_smoke_accept_length", "2.4x5", **{"class": "prose"}),
-            node("replayssm_smoke_accept_length_baseline", "2.8x5", **{"class": "prose"}),
-        ],
-        "2m",
-        "ReplaySSMSmokeAcceptanceBelowBaseline",
-        [
-            fired(
-                "ReplaySSMSmokeAcceptanceBelowBaseline",
-                "n1 (sglang-overlay): periodic smoke accept length of class code is 1.10, below 0.6 x its baseline",
-                **WHERE,
-                **{"class": "code"},
-            )
-        ],
-    ),
+        [node("replayssm_smoke_accept_length", "1.1x5", **{"class": "code"}),
+         node("replayssm_smoke_accept_length_baseline", "2.8x5", **{"class": "code"}),
+         node("replayssm_smoke_accept_length", "2.4x5", **{"class": "prose"}),
+         node("replayssm_smoke_accept_length_baseline", "2.8x5", **{"class": "prose"})],
+        "2m", "ReplaySSMSmokeAcceptanceBelowBaseline",
+        [fired("ReplaySSMSmokeAcceptanceBelowBaseline",
+               "n1 (sglang-overlay): periodic smoke accept length of class code is 1.10, below 0.6 x its baseline",
+               **WHERE, **{"class": "code"})]),
     "smoke acceptance within its baseline": (
-        [
-            node("replayssm_smoke_accept_length", "2.0x5", **{"class": "code"}),
-            node("replayssm_smoke_accept_length_baseline", "2.8x5", **{"class": "code"}),
-        ],
-        "2m",
-        "ReplaySSMSmokeAcceptanceBelowBaseline",
-        [],
-    ),
+        [node("replayssm_smoke_accept_length", "2.0x5", **{"class": "code"}),
+         node("replayssm_smoke_accept_length_baseline", "2.8x5", **{"class": "code"})],
+        "2m", "ReplaySSMSmokeAcceptanceBelowBaseline", []),
     "serving with SGLang's fold": (
-        [
-            node("replayssm_overlay_fold_in_use", "1x10", fold="sglang"),
-            node("replayssm_overlay_fold_in_use", "0x10", fold="overlay-cuda"),
-        ],
-        "8m",
-        "ReplaySSMServingWithSGLangFold",
-        [
-            fired(
-                "ReplaySSMServingWithSGLangFold",
-                "n1 (sglang-overlay): a serving process commits with SGLang's fold, not the overlay's",
-                **WHERE,
-                fold="sglang",
-            )
-        ],
-    ),
+        [node("replayssm_overlay_fold_in_use", "1x10", fold="sglang"),
+         node("replayssm_overlay_fold_in_use", "0x10", fold="overlay-cuda")],
+        "8m", "ReplaySSMServingWithSGLangFold",
+        [fired("ReplaySSMServingWithSGLangFold",
+               "n1 (sglang-overlay): a serving process commits with SGLang's fold, not the overlay's",
+               **WHERE, fold="sglang")]),
     "serving with the overlay's fold": (
-        [
-            node("replayssm_overlay_fold_in_use", "0x10", fold="sglang"),
-            node("replayssm_overlay_fold_in_use", "1x10", fold="overlay-cuda"),
-        ],
-        "8m",
-        "ReplaySSMServingWithSGLangFold",
-        [],
-    ),
+        [node("replayssm_overlay_fold_in_use", "0x10", fold="sglang"),
+         node("replayssm_overlay_fold_in_use", "1x10", fold="overlay-cuda")],
+        "8m", "ReplaySSMServingWithSGLangFold", []),
     "self-check mismatch": (
         [node("replayssm_overlay_selfcheck_processes", "1x5", outcome="mismatch")],
-        "1m",
-        "ReplaySSMSelfCheckNotBitwise",
-        [
-            fired(
-                "ReplaySSMSelfCheckNotBitwise",
-                "n1 (sglang-overlay): the self-check before serving ended in mismatch",
-                **WHERE,
-                outcome="mismatch",
-            )
-        ],
-    ),
+        "1m", "ReplaySSMSelfCheckNotBitwise",
+        [fired("ReplaySSMSelfCheckNotBitwise",
+               "n1 (sglang-overlay): the self-check before serving ended in mismatch", **WHERE, outcome="mismatch")]),
     "self-check passed": (
         [node("replayssm_overlay_selfcheck_processes", "4x5", outcome="passed")],
-        "1m",
-        "ReplaySSMSelfCheckNotBitwise",
-        [],
-    ),
+        "1m", "ReplaySSMSelfCheckNotBitwise", []),
     "a new fallback shape": (
         [node("replayssm_overlay_fallback_shape", "_x2 1x3", shape="B=8 T=16 HV=32")],
-        "4m",
-        "ReplaySSMFallbackShape",
-        [
-            fired(
-                "ReplaySSMFallbackShape",
-                "n1 (sglang-overlay): commit shape B=8 T=16 HV=32 runs SGLang's fold",
-                **WHERE,
-                shape="B=8 T=16 HV=32",
-            )
-        ],
-    ),
-    "no fallback shape": ([node("replayssm_overlay_fallback_shapes", "0x5")], "4m", "ReplaySSMFallbackShape", []),
+        "4m", "ReplaySSMFallbackShape",
+        [fired("ReplaySSMFallbackShape", "n1 (sglang-overlay): commit shape B=8 T=16 HV=32 runs SGLang's fold",
+               **WHERE, shape="B=8 T=16 HV=32")]),
+    "no fallback shape": (
+        [node("replayssm_overlay_fallback_shapes", "0x5")], "4m", "ReplaySSMFallbackShape", []),
     "smoke failed": (
-        [node("replayssm_smoke_success", "1 1 0 0")],
-        "3m",
-        "ReplaySSMSmokeFailed",
-        [fired("ReplaySSMSmokeFailed", "n1 (sglang-overlay): the periodic smoke run failed", **WHERE)],
-    ),
-    "smoke passed": ([node("replayssm_smoke_success", "0 0 1 1")], "3m", "ReplaySSMSmokeFailed", []),
+        [node("replayssm_smoke_success", "1 1 0 0")], "3m", "ReplaySSMSmokeFailed",
+        [fired("ReplaySSMSmokeFailed", "n1 (sglang-overlay): the periodic smoke run failed", **WHERE)]),
+    "smoke passed": (
+        [node("replayssm_smoke_success", "0 0 1 1")], "3m", "ReplaySSMSmokeFailed", []),
     "smoke stale": (
-        [node("replayssm_smoke_last_run_timestamp_seconds", "0x300")],
-        "4h",
-        "ReplaySSMSmokeStale",
-        [
-            fired(
-                "ReplaySSMSmokeStale",
-                "Missing data: n1 (sglang-overlay): no periodic smoke result for 4h 0m 0s",
-                **WHERE,
-            )
-        ],
-    ),
-    "smoke fresh": ([node("replayssm_smoke_last_run_timestamp_seconds", "0+60x300")], "4h", "ReplaySSMSmokeStale", []),
+        [node("replayssm_smoke_last_run_timestamp_seconds", "0x300")], "4h", "ReplaySSMSmokeStale",
+        [fired("ReplaySSMSmokeStale", "Missing data: n1 (sglang-overlay): no periodic smoke result for 4h 0m 0s",
+               **WHERE)]),
+    "smoke fresh": (
+        [node("replayssm_smoke_last_run_timestamp_seconds", "0+60x300")], "4h", "ReplaySSMSmokeStale", []),
     "a node left on another image": (
-        [
-            node("replayssm_node_image_info", "1x40", host=h, image_id=i, image=r)
-            for h, i, r in (
-                ("n1", "sha256:aaa", "rso:v2"),
-                ("n2", "sha256:aaa", "rso:v2"),
-                ("n3", "sha256:bbb", "rso:v1"),
-            )
-        ],
-        "35m",
-        "ReplaySSMNodeImageDiffers",
-        [
-            fired(
-                "ReplaySSMNodeImageDiffers",
-                "n3 (sglang-overlay): runs image rso:v1, not the one most nodes of the service run",
-                **{**WHERE, "host": "n3", "instance": "n3:9100"},
-                image_id="sha256:bbb",
-                image="rso:v1",
-            )
-        ],
-    ),
+        [node("replayssm_node_image_info", "1x40", host=h, image_id=i, image=r)
+         for h, i, r in (("n1", "sha256:aaa", "rso:v2"), ("n2", "sha256:aaa", "rso:v2"),
+                         ("n3", "sha256:bbb", "rso:v1"))],
+        "35m", "ReplaySSMNodeImageDiffers",
+        [fired("ReplaySSMNodeImageDiffers",
+               "n3 (sglang-overlay): runs image rso:v1, not the one most nodes of the service run",
+               **{**WHERE, "host": "n3", "instance": "n3:9100"}, image_id="sha256:bbb", image="rso:v1")]),
     "image: no majority singles out nobody": (
-        [
-            node("replayssm_node_image_info", "1x40", host=h, image_id=i, image=r)
-            for h, i, r in (("n1", "sha256:aaa", "rso:v2"), ("n2", "sha256:bbb", "rso:v1"))
-        ],
-        "35m",
-        "ReplaySSMNodeImageDiffers",
-        [],
-    ),
+        [node("replayssm_node_image_info", "1x40", host=h, image_id=i, image=r)
+         for h, i, r in (("n1", "sha256:aaa", "rso:v2"), ("n2", "sha256:bbb", "rso:v1"))],
+        "35m", "ReplaySSMNodeImageDiffers", []),
     "image: a rollout shorter than its for: duration": (
-        [
-            node("replayssm_node_image_info", v, host=h, image_id=i, image=r)
-            for h, i, r, v in (
-                ("n1", "sha256:aaa", "rso:v2", "_x20 1x20"),
-                ("n1", "sha256:bbb", "rso:v1", "1x20"),
-                ("n2", "sha256:bbb", "rso:v1", "1x40"),
-                ("n3", "sha256:bbb", "rso:v1", "1x40"),
-            )
-        ],
-        "35m",
-        "ReplaySSMNodeImageDiffers",
-        [],
-    ),
+        [node("replayssm_node_image_info", v, host=h, image_id=i, image=r)
+         for h, i, r, v in (("n1", "sha256:aaa", "rso:v2", "_x20 1x20"), ("n1", "sha256:bbb", "rso:v1", "1x20"),
+                            ("n2", "sha256:bbb", "rso:v1", "1x40"), ("n3", "sha256:bbb", "rso:v1", "1x40"))],
+        "35m", "ReplaySSMNodeImageDiffers", []),
     "node job stale": (
-        [node("replayssm_node_job_timestamp_seconds", "0x40")],
-        "30m",
-        "ReplaySSMNodeJobStale",
-        [
-            fired(
-                "ReplaySSMNodeJobStale",
-                "Missing data: n1 (sglang-overlay): the node job has not reported for 30m 0s",
-                **WHERE,
-            )
-        ],
-    ),
-    "node job fresh": ([node("replayssm_node_job_timestamp_seconds", "0+60x40")], "30m", "ReplaySSMNodeJobStale", []),
+        [node("replayssm_node_job_timestamp_seconds", "0x40")], "30m", "ReplaySSMNodeJobStale",
+        [fired("ReplaySSMNodeJobStale", "Missing data: n1 (sglang-overlay): the node job has not reported for 30m 0s",
+               **WHERE)]),
+    "node job fresh": (
+        [node("replayssm_node_job_timestamp_seconds", "0+60x40")], "30m", "ReplaySSMNodeJobStale", []),
     "overlay metrics unavailable": (
-        [node("replayssm_node_overlay_metrics_ok", "0x20", reason="container-not-running")],
-        "16m",
+        [node("replayssm_node_overlay_metrics_ok", "0x20", reason="container-not-running")], "16m",
         "ReplaySSMOverlayMetricsUnavailable",
-        [
-            fired(
-                "ReplaySSMOverlayMetricsUnavailable",
-                "Missing data: n1 (sglang-overlay): no overlay facts from the container (container-not-running)",
-                **WHERE,
-                reason="container-not-running",
-            )
-        ],
-    ),
+        [fired("ReplaySSMOverlayMetricsUnavailable",
+               "Missing data: n1 (sglang-overlay): no overlay facts from the container (container-not-running)",
+               **WHERE, reason="container-not-running")]),
     "overlay metrics available": (
-        [node("replayssm_node_overlay_metrics_ok", "1x20", reason="")],
-        "16m",
-        "ReplaySSMOverlayMetricsUnavailable",
-        [],
-    ),
+        [node("replayssm_node_overlay_metrics_ok", "1x20", reason="")], "16m",
+        "ReplaySSMOverlayMetricsUnavailable", []),
     "SGLang without --enable-metrics": (
-        [node("replayssm_node_sglang_metrics_enabled", "0x20")],
-        "16m",
-        "ReplaySSMSGLangMetricsDisabled",
-        [
-            fired(
-                "ReplaySSMSGLangMetricsDisabled",
-                "Missing data: n1 (sglang-overlay): SGLang runs without --enable-metrics",
-                **WHERE,
-            )
-        ],
-    ),
+        [node("replayssm_node_sglang_metrics_enabled", "0x20")], "16m", "ReplaySSMSGLangMetricsDisabled",
+        [fired("ReplaySSMSGLangMetricsDisabled",
+               "Missing data: n1 (sglang-overlay): SGLang runs without --enable-metrics",
+               **WHERE)]),
     "SGLang with --enable-metrics": (
-        [node("replayssm_node_sglang_metrics_enabled", "1x20")],
-        "16m",
-        "ReplaySSMSGLangMetricsDisabled",
-        [],
-    ),
+        [node("replayssm_node_sglang_metrics_enabled", "1x20")], "16m", "ReplaySSMSGLangMetricsDisabled", []),
     "a speculating server without a baseline": (
-        [
-            sglang("sglang:spec_verify_calls_total", "0+10x20"),
-            sglang("sglang:spec_verify_calls_total", "0+10x20", "n2"),
-            node("replayssm_smoke_accept_length_baseline", "3x20", host="n2", **{"class": "code"}),
-        ],
-        "16m",
-        "ReplaySSMAcceptanceUnwatched",
-        [
-            fired(
-                "ReplaySSMAcceptanceUnwatched",
-                "Missing data: n1:30000 speculates but has no accept-length baseline",
-                instance="n1:30000",
-                host="n1",
-                sglang_port="30000",
-            )
-        ],
-    ),
+        [sglang("sglang:spec_verify_calls_total", "0+10x20"), sglang("sglang:spec_verify_calls_total", "0+10x20", "n2"),
+         node("replayssm_smoke_accept_length_baseline", "3x20", host="n2", **{"class": "code"})],
+        "16m", "ReplaySSMAcceptanceUnwatched",
+        [fired("ReplaySSMAcceptanceUnwatched", "Missing data: n1:30000 speculates but has no accept-length baseline",
+               instance="n1:30000", host="n1", sglang_port="30000")]),
     "a speculating server with its baseline": (
-        [
-            sglang("sglang:spec_verify_calls_total", "0+10x20"),
-            node("replayssm_smoke_accept_length_baseline", "3x20", **{"class": "code"}),
-        ],
-        "16m",
-        "ReplaySSMAcceptanceUnwatched",
-        [],
-    ),
+        [sglang("sglang:spec_verify_calls_total", "0+10x20"),
+         node("replayssm_smoke_accept_length_baseline", "3x20", **{"class": "code"})],
+        "16m", "ReplaySSMAcceptanceUnwatched", []),
     "a node whose SGLang Prometheus does not scrape": (
-        [
-            node("replayssm_node_job_timestamp_seconds", "0+60x20"),
-            node("replayssm_node_job_timestamp_seconds", "0+60x20", host="n2"),
-            sglang("sglang:generation_tokens_total", "0+10x20", "n2"),
-        ],
-        "16m",
-        "ReplaySSMSGLangNotScraped",
-        [
-            fired(
-                "ReplaySSMSGLangNotScraped",
-                "Missing data: n1 (sglang-overlay): Prometheus has no SGLang metrics from port 30000",
-                **WHERE,
-            )
-        ],
-    ),
+        [node("replayssm_node_job_timestamp_seconds", "0+60x20"),
+         node("replayssm_node_job_timestamp_seconds", "0+60x20", host="n2"),
+         sglang("sglang:generation_tokens_total", "0+10x20", "n2")],
+        "16m", "ReplaySSMSGLangNotScraped",
+        [fired("ReplaySSMSGLangNotScraped",
+               "Missing data: n1 (sglang-overlay): Prometheus has no SGLang metrics from port 30000", **WHERE)]),
     "a node whose SGLang is scraped": (
         [node("replayssm_node_job_timestamp_seconds", "0+60x20"), sglang("sglang:generation_tokens_total", "0+10x20")],
-        "16m",
-        "ReplaySSMSGLangNotScraped",
-        [],
-    ),
+        "16m", "ReplaySSMSGLangNotScraped", []),
     "smoke scheduled but never written": (
         [node("replayssm_node_smoke_scheduled", "1x20"), node("replayssm_node_smoke_scheduled", "0x20", host="n2")],
-        "16m",
-        "ReplaySSMSmokeMissing",
-        [
-            fired(
-                "ReplaySSMSmokeMissing",
-                "Missing data: n1 (sglang-overlay): the periodic smoke is scheduled but has never written a result",
-                **WHERE,
-            )
-        ],
-    ),
+        "16m", "ReplaySSMSmokeMissing",
+        [fired("ReplaySSMSmokeMissing",
+               "Missing data: n1 (sglang-overlay): the periodic smoke is scheduled but has never written a result",
+               **WHERE)]),
     "smoke scheduled and written": (
         [node("replayssm_node_smoke_scheduled", "1x20"), node("replayssm_smoke_last_run_timestamp_seconds", "0+60x20")],
-        "16m",
-        "ReplaySSMSmokeMissing",
-        [],
-    ),
+        "16m", "ReplaySSMSmokeMissing", []),
 }
+# fmt: on
 
 
 def _promtool_test(tmp_path, promtool, tests: list[dict], overrides: dict | None = None) -> subprocess.CompletedProcess:

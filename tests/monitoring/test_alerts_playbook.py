@@ -7,56 +7,18 @@ promtool refuses each stop the play with the installed file as it was.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.infra.prometheus import Prometheus
-from tests.monitoring.conftest import MONITORING, REPO, load_alert_rules
+from tests.monitoring.conftest import MONITORING, PROMETHEUS_HOST, ansible_playbook, flat, load_alert_rules
 
-DEPLOY = REPO / "deploy"
-BIN = Path(sys.executable).parent
 RULES_FILE = "replayssm.rules.yml"
 
 
-def _play(tmp_path: Path, **extra) -> subprocess.CompletedProcess:
-    inventory = tmp_path / "inv.json"
-    inventory.write_text(
-        json.dumps(
-            {
-                "sglang_prometheus": {
-                    "hosts": {
-                        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-                    }
-                }
-            }
-        )
-    )
-    args = [arg for key, value in extra.items() for arg in ("-e", json.dumps({key: value}))]
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_DEPRECATION_WARNINGS="False",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-    )
-    return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / "alerts.yml"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=DEPLOY,
-        timeout=300,
-    )
-
-
-def _flat(proc) -> str:
-    return " ".join((proc.stdout + proc.stderr).split())
+def _play(tmp_path, **extra):
+    return ansible_playbook(tmp_path, "alerts.yml", PROMETHEUS_HOST, **extra)
 
 
 @pytest.fixture
@@ -77,15 +39,15 @@ def test_installs_checks_reloads_and_a_rerun_changes_nothing(tmp_path, prometheu
     prom, rules = prometheus
     dashboards = tmp_path / "dashboards"
     dashboards.mkdir()
-    proc = _play(
-        tmp_path,
-        sglang_alerts_rules_dir=str(rules),
-        sglang_alerts_prometheus_url=prom.url,
-        sglang_alerts_dashboard_dir=str(dashboards),
-        sglang_alerts_settings={"accept_ratio": 0.5},
-    )
+    settings = {
+        "sglang_alerts_rules_dir": str(rules),
+        "sglang_alerts_prometheus_url": prom.url,
+        "sglang_alerts_dashboard_dir": str(dashboards),
+        "sglang_alerts_settings": {"accept_ratio": 0.5},
+    }
+    proc = _play(tmp_path, **settings)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "Prometheus reloaded and serves them" in _flat(proc)
+    assert "Prometheus reloaded and serves them" in flat(proc)
     installed = (rules / RULES_FILE).read_text()
     assert installed == load_alert_rules().render({"accept_ratio": 0.5})
     groups = prom.get("/api/v1/rules")["data"]["groups"]
@@ -95,13 +57,7 @@ def test_installs_checks_reloads_and_a_rerun_changes_nothing(tmp_path, prometheu
     assert json.loads((dashboards / "replayssm-fleet.json").read_text()) == json.loads(
         (MONITORING / "grafana-dashboard.json").read_text()
     )
-    again = _play(
-        tmp_path,
-        sglang_alerts_rules_dir=str(rules),
-        sglang_alerts_prometheus_url=prom.url,
-        sglang_alerts_dashboard_dir=str(dashboards),
-        sglang_alerts_settings={"accept_ratio": 0.5},
-    )
+    again = _play(tmp_path, **settings)
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
 
 
@@ -109,7 +65,7 @@ def test_a_rules_folder_that_does_not_exist_is_refused(tmp_path):
     missing = tmp_path / "etc" / "prometheus" / "rules.d"
     proc = _play(tmp_path, sglang_alerts_rules_dir=str(missing))
     assert proc.returncode != 0
-    assert f"{missing} does not exist (or is not a folder); nothing was installed" in _flat(proc)
+    assert f"{missing} does not exist (or is not a folder); nothing was installed" in flat(proc)
     assert not (tmp_path / "etc").exists()
 
 
@@ -120,7 +76,7 @@ def test_rules_promtool_refuses_leave_the_installed_file_as_it_was(tmp_path):
     before = (rules / RULES_FILE).read_bytes()
     proc = _play(tmp_path, sglang_alerts_rules_dir=str(rules), sglang_alerts_settings={"live_window": "0s"})
     assert proc.returncode != 0
-    assert "failed to validate" in _flat(proc) and "duration must be greater than 0" in _flat(proc)
+    assert "failed to validate" in flat(proc) and "duration must be greater than 0" in flat(proc)
     assert (rules / RULES_FILE).read_bytes() == before
     assert sorted(p.name for p in rules.iterdir()) == [RULES_FILE]
 
@@ -145,5 +101,5 @@ def test_refusals_install_nothing(tmp_path, case):
     }[case]
     proc = _play(tmp_path, **{"sglang_alerts_rules_dir": str(rules), **extra})
     assert proc.returncode != 0
-    assert message in _flat(proc), proc.stdout[-3000:]
+    assert message in flat(proc), proc.stdout[-3000:]
     assert list(rules.iterdir()) == []

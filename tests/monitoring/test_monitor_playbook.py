@@ -6,18 +6,12 @@ addresses nothing answers on) are never reached. (The install itself, on real no
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.monitoring.conftest import REPO
+from tests.monitoring.conftest import ansible_playbook
 
-DEPLOY = REPO / "deploy"
-BIN = Path(sys.executable).parent
 NODE = {
     "ansible_host": "192.0.2.7",  # never contacted
     "sglang_model_path": "/models/Qwen3.5-35B-A3B",
@@ -26,25 +20,8 @@ NODE = {
 }
 
 
-def _monitor(tmp_path, **overrides) -> subprocess.CompletedProcess:
-    inventory = tmp_path / "inv.json"
-    inventory.write_text(json.dumps({"sglang_nodes": {"hosts": {"gpu01": {**NODE, **overrides}}}}))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(DEPLOY / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_DEPRECATION_WARNINGS="False",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        PATH=f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-    )
-    return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / "monitor.yml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=DEPLOY,
-        timeout=300,
-    )
+def _monitor(tmp_path, **overrides):
+    return ansible_playbook(tmp_path, "monitor.yml", {"sglang_nodes": {"hosts": {"gpu01": {**NODE, **overrides}}}})
 
 
 def _cases(tmp_path: Path) -> dict:
