@@ -5,7 +5,8 @@
 #         venv module, which Debian ships apart (python3.X-venv), and make
 #   test (the default, `make setup`): that, plus what the tests need: the Docker daemon, debootstrap for
 #         the stand-in base image, docker-registry for the push/pull-by-digest tests, sshd, iproute2,
-#         rsync and python3-requests for the Ansible test hosts
+#         rsync and python3-requests for the Ansible test hosts, Prometheus (with promtool), Alertmanager
+#         and node_exporter for the monitoring tests
 # Idempotent: installs only what is missing. Needs root when something is missing; says what to install
 # otherwise. Waits (up to DPKG_LOCK_WAIT seconds, default 600) for another apt/dpkg run to let go of the
 # dpkg lock instead of failing. Progress goes to stderr, so `make demo-json` keeps stdout for its JSON.
@@ -14,6 +15,7 @@
 set -euo pipefail
 DPKG_LOCK_WAIT=${DPKG_LOCK_WAIT:-600}
 need=(docker.io docker-registry debootstrap openssh-server openssh-client iproute2 rsync make python3-requests)
+need+=(prometheus prometheus-alertmanager prometheus-node-exporter)
 # the Python setup-venv.sh builds .venv with (a bare name like python3.11; a path is left to setup-venv.sh)
 python_name=$(basename "${PYTHON:-python3.11}")
 demo_need=(make)
@@ -25,7 +27,6 @@ case "${1:-test}" in
      exit 2 ;;
 esac
 missing=()
-need+=(prometheus prometheus-alertmanager prometheus-node-exporter)  # monitoring tests: promtool, real daemons
 for p in "${need[@]}"; do
   [[ " ${missing[*]} " == *" $p "* ]] && continue
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -78,6 +78,6 @@ def test_setup_system_demo_then_the_venv_step_works_in_a_bare_debian(rootfs):
     assert check.returncode == 0 and "python 3.11" in check.stdout and "GNU Make" in check.stdout, check.stderr
 
     # every package `make setup` installs for the tests exists in Debian 12 and installs together
-    wanted = re.search(r"^need=\(([^)]*)\)", (REPO / "scripts" / "setup-system.sh").read_text(), re.M).group(1)
+    wanted = " ".join(re.findall(r"^need\+?=\(([^)]*)\)", (REPO / "scripts" / "setup-system.sh").read_text(), re.M))
     simulated = in_rootfs(rootfs, f"apt-get install --simulate -qq --no-install-recommends {wanted}")
     assert simulated.returncode == 0, simulated.stdout[-2000:] + simulated.stderr[-2000:]
