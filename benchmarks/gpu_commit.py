@@ -400,7 +400,7 @@ def main():
     sglang_module("mamba.mamba_state_scatter_triton")  # stock's commit imports it by name
     choices = [("sglang", None), ("overlay-triton", None)]
     if args.artifacts:
-        artifacts, why = loader.open_or_explain(args.artifacts)
+        artifacts, why = fold.covered(loader.ArtifactSet.open, args.artifacts)
         RESULTS["artifacts"] = why or str(args.artifacts)
         log("artifacts:", RESULTS["artifacts"])
         if artifacts is not None:

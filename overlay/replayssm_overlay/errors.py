@@ -1,9 +1,15 @@
-"""The one exception type the overlay raises on purpose, so callers can tell a refusal from a bug.
+"""The root of every exception the overlay raises on purpose, so callers can tell a refusal from a bug.
 
 Every refusal says three things: what is wrong, what was expected, and what to do about it. The command
 line prints `str(error)` and exits 2; SGLang's startup shows it as the reason the server did not start.
 `from_os_error` turns a failed file operation (permissions, a folder where a file should be, a read-only
 or full disk) into such a refusal, naming the path, so no command ends in a traceback for it.
+
+The tree: `OverlayError` is the root (the patcher's `HookPointError` and `writes.Interrupted`, the AOT
+build's `nvrtc.NvrtcMissing`, the smoke suite's `SmokeEnvironmentError` and the harness's `HarnessError`
+are refusals of their own kind under it); `NotCovered` is the one "the overlay does not take this" case,
+which is not a refusal to the user: SGLang's fold commits instead, and `fold.covered` is where it is
+caught.
 """
 
 import errno
@@ -19,6 +25,13 @@ class OverlayError(Exception):
         self.fix = fix
         self.detail = list(detail or [])
         super().__init__(f"{what}\n  fix: {fix}" if fix else what)
+
+
+class NotCovered(OverlayError):
+    """The overlay's commit kernel does not take this call or pool: a shape, dtype, layout or alignment it
+    does not reproduce bitwise, a prebuilt artifact folder this node refuses, or a CUDA driver call of its
+    plan or launch that failed (and launched nothing). Raised before the state is touched; the caller
+    commits with SGLang's fold instead (`fold.covered`, the one place that catches it)."""
 
 
 def from_os_error(err: OSError, doing: str, path=None) -> OverlayError:

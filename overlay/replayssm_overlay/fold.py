@@ -1,7 +1,8 @@
 """The one function through which the overlay folds an accepted prefix into the GDN state.
 
-Every commit path of the overlay calls `fold_accepted_prefix`; which kernel does the work is decided
-here and nowhere else. `describe()` reports the choice for `replayssm-overlay status --json`.
+The commit of 0.5.19's raw-window fold pools calls `fold_accepted_prefix` (the circular-ring releases
+commit with SGLang's own MTP commit instead: `hooks/ring_commit.py`); which kernel does the work is
+decided here and nowhere else. `describe()` reports the choice for `replayssm-overlay status --json`.
 
 Contract (the same as SGLang 0.5.19's `commit_gdn_replayssm_fold_after_verify`): `spec_state` is the
 pool's all-layers speculative state; `state_batch_indices` are physical mamba slots, -1 for padded
@@ -21,9 +22,10 @@ Which fold, decided once per process (and logged once):
 - `RSO_FOLD=sglang`: SGLang's own commit.
 The overlay's commit is a `kernels.commit_plan.CommitPlan` per (pool, batch size, track or not): checked
 once, then one launch per call. A call the overlay's kernels do not cover (another head dim, a
-layout, dtype or alignment they do not take) is refused before the state is touched and
-runs SGLang's commit for that call only; each such shape is logged once, counted in `describe()`, and
-recorded on the node (`records.py`, kind "fallbacks") so that `replayssm-overlay status --json` lists it.
+layout, dtype or alignment they do not take, a driver call that launched nothing: `errors.NotCovered`,
+caught in `covered` and nowhere else) is refused before the state is touched and runs SGLang's commit
+for that call only; each such shape is logged once, counted in `describe()`, and recorded on the node
+(`records.py`, kind "fallbacks") so that `replayssm-overlay status --json` lists it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import os
 import threading
 
 from replayssm_overlay import records
+from replayssm_overlay.errors import NotCovered, OverlayError
 
 ENV_FOLD = "RSO_FOLD"
 _MODES = ("auto", "triton", "sglang")
@@ -47,8 +50,6 @@ _choice = None  # (kind, reason, the loaded cuda_fold.CudaKernels or None), once
 
 
 def _mode() -> str:
-    from replayssm_overlay.errors import OverlayError
-
     mode = os.environ.get(ENV_FOLD, "auto").strip().lower() or "auto"
     if mode not in _MODES:
         retired = f" ({_RETIRED[mode]})" if mode in _RETIRED else ""
@@ -66,7 +67,7 @@ def _decide():
         return "overlay-triton", f"{ENV_FOLD}=triton: the overlay's Triton kernel, compiled by Triton", None
     from replayssm_overlay.kernels import loader
 
-    artifacts, why = loader.open_or_explain()
+    artifacts, why = covered(loader.ArtifactSet.open)
     if artifacts is not None:
         cuda, why = _cuda_kernels(artifacts)
         if cuda is not None:
@@ -83,8 +84,8 @@ def _cuda_kernels(artifacts):
         kernels = artifacts.cuda_kernels()
         kernels.loaded(torch.cuda.current_device())
         return kernels, ""
-    except Exception as err:  # a refused or unloadable binary: SGLang's fold, said once
-        why = getattr(err, "what", None) or f"{type(err).__name__}: {err}"
+    except Exception as err:  # refused by the driver (NotCovered) or not loadable at all: SGLang's fold, said once
+        why = err.what if isinstance(err, OverlayError) else f"{type(err).__name__}: {err}"
         logger.warning("ReplaySSM GDN fold: the CUDA commit kernel is not used (%s); SGLang's fold commits", why)
         return None, f"it did not load: {why}"
 
@@ -118,11 +119,23 @@ def kernel_source(kernels):
     return launch.JitKernels() if kernels is None else kernels
 
 
+def covered(step, *args) -> tuple:
+    """(step(*args), "") or (None, why the overlay does not cover it): the one place an `errors.NotCovered`
+    (raised before anything touched the state) is caught. Serving then runs SGLang's commit for that call
+    (`fold_accepted_prefix`), the fold choice falls back to SGLang's (`_decide`), the self-check reports
+    "not-covered" (`selfcheck.py`)."""
+    try:
+        return step(*args), ""
+    except NotCovered as err:
+        return None, err.what
+
+
 class _Refusal:
     """A cached "not ours" for one (pool, batch size, track) key: its calls run SGLang's commit."""
 
-    def __init__(self, shape: str, spec_state):
+    def __init__(self, shape: str, reason: str, spec_state):
         self.shape = shape
+        self.reason = reason
         self.spec_state = spec_state  # held, so the id in the key stays this pool's
 
     def matches(self, spec_state) -> bool:
@@ -166,23 +179,13 @@ def _plan(key, spec_state, batch, has_track, kernels):
         plan = _plans.get(key)
         if plan is not None and plan.matches(spec_state):
             return plan
-        try:
-            plan = commit_plan.CommitPlan(spec_state, batch, has_track, kernel_source(kernels))
-        except _refusals() as err:  # raised before anything was launched
-            plan = _Refusal(_shape_key(spec_state, batch, has_track), spec_state)
-            plan.reason = str(err)
+        plan, why = covered(commit_plan.CommitPlan, spec_state, batch, has_track, kernel_source(kernels))
+        if plan is None:
+            plan = _Refusal(_shape_key(spec_state, batch, has_track), why, spec_state)
         if len(_plans) >= MAX_PLANS:
             _plans.pop(next(iter(_plans)))
         _plans[key] = plan
         return plan
-
-
-def _refusals() -> tuple:
-    """The errors a plan or a run raises before anything ran on the GPU: the overlay does not cover that call
-    (a CUDA driver call of the CUDA kernel's plan or launch that failed launched nothing either)."""
-    from replayssm_overlay.kernels import conv_rollback, cuda_fold, gdn_fold
-
-    return gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, cuda_fold.CudaError
 
 
 def _shape_key(spec_state, batch, has_track) -> str:
@@ -224,14 +227,11 @@ def fold_accepted_prefix(
                            f"null block id {null_block_id} (the kernels are built for -1)")
         elif isinstance(plan, _Refusal):
             _note_fallback(plan.shape, plan.reason)
-        else:
-            try:
-                plan.run(state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track)
+        else:  # an index tensor it cannot take (not 1-D), a launch the driver refused: not covered
+            _, why = covered(plan.run, state_batch_indices, accept_lens, mamba_track_indices, mamba_steps_to_track)
+            if not why:
                 return
-            except Exception as err:  # an index tensor it cannot take (not 1-D), a launch the driver refused
-                if not isinstance(err, _refusals()):
-                    raise
-                _note_fallback(_shape_key(spec_state, batch, has_track), str(err))
+            _note_fallback(_shape_key(spec_state, batch, has_track), why)
     sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
                   mamba_steps_to_track, null_block_id)
 

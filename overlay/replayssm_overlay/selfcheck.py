@@ -127,14 +127,12 @@ def _check(geometry: Geometry, seed: int, timing: dict) -> tuple[str, str]:
                                "fold reproduces the float32 recurrence only, so SGLang's fold commits")
     if kind == "sglang":
         return "sglang-fold", f"SGLang's fold is in use ({reason}); nothing to check"
-    from replayssm_overlay.kernels import conv_rollback, gdn_fold, loader
-
     try:
-        mismatch = _compare(geometry, kernels, seed, timing)
-    except (gdn_fold.FoldShapeNotSupported, conv_rollback.ConvShapeNotSupported, loader.ArtifactRefused) as err:
-        return "not-covered", f"the overlay's fold does not cover this pool ({err}), so SGLang's fold commits"
+        mismatch, uncovered = fold.covered(_compare, geometry, kernels, seed, timing)
     except Exception as err:  # a check that cannot run proves nothing: do not serve the overlay's fold
         return "error", f"the check of the overlay's fold ({kind}) could not run ({type(err).__name__}: {err})"
+    if uncovered:
+        return "not-covered", f"the overlay's fold does not cover this pool ({uncovered}), so SGLang's fold commits"
     if mismatch:
         return "mismatch", f"the overlay's fold ({kind}) is not bitwise SGLang's recurrence: {mismatch}"
     return "passed", f"the overlay's fold ({kind}) equals SGLang's recurrence bitwise on a random window"

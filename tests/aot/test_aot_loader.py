@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.errors import NotCovered, OverlayError
 from replayssm_overlay.kernels import artifact_format as af
 from replayssm_overlay.kernels import loader
 
 
 def refusal(folder, arch=90) -> str:
-    with pytest.raises(loader.ArtifactRefused) as caught:
+    with pytest.raises(NotCovered) as caught:
         loader.ArtifactSet.open(folder, arch)
     assert isinstance(caught.value, OverlayError) and "kernels build" in caught.value.fix
     assert "SGLang's fold commits" in caught.value.fix

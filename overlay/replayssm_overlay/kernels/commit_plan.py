@@ -4,7 +4,7 @@ can be checked is checked once per (pool, batch size, track or not), then each c
 Why: the commit runs eagerly once per verify step, after the host has read the accept lengths, so its
 host time is on every request's critical path. A `CommitPlan` is made on the first commit of a batch
 size: it checks the pool's shapes, strides and dtypes against what the kernels reproduce (raising
-`gdn_fold.FoldShapeNotSupported` or `conv_rollback.ConvShapeNotSupported` before anything is launched),
+`errors.NotCovered` before anything is launched),
 computes every integer argument, and prepares the launch (`cuda_fold.CudaKernels`, the served default, or
 `launch.JitKernels`, the Triton twin). `CommitPlan.run` then launches the commit's one kernel (fold, conv
 rollback and track slot). The CUDA kernel's launch (`cuda_fold`, a `commit` attribute on the prepared
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from replayssm_overlay.kernels import conv_rollback, gdn_fold
+from replayssm_overlay.errors import NotCovered
+from replayssm_overlay.kernels import gdn_fold
 
 FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES)
 _INT32 = torch.int32
@@ -29,12 +30,12 @@ _INDEX_POSITIONS = tuple(list(gdn_fold.fold_signature("bf16")).index(name)  # wh
 
 def indices(tensor, device_index: int):
     """`tensor` if a launch for int32 index vectors can read it as is (int32, 1-D, contiguous, 16-byte aligned,
-    on the device), else an int32 contiguous copy (fresh, so aligned); FoldShapeNotSupported if it is not 1-D."""
+    on the device), else an int32 contiguous copy (fresh, so aligned); NotCovered if it is not 1-D."""
     if (tensor.dtype is _INT32 and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
             and tensor.get_device() == device_index):
         return tensor
     if tensor.ndim != 1:
-        raise gdn_fold.FoldShapeNotSupported(f"index tensor of shape {tuple(tensor.shape)} (need 1-D)")
+        raise NotCovered(f"index tensor of shape {tuple(tensor.shape)} (need 1-D)")
     return tensor.to(device=torch.device("cpu") if device_index < 0 else torch.device("cuda", device_index),
                      dtype=_INT32, memory_format=torch.contiguous_format, copy=True)
 
@@ -54,7 +55,7 @@ class CommitPlan:
         fold_ints = gdn_fold.runtime_args(*pool)
         self.shape = describe_pool(spec_state)
         if len(spec_state.conv) != 1 or len(spec_state.intermediate_conv_window) != 1:
-            raise conv_rollback.ConvShapeNotSupported(
+            raise NotCovered(
                 f"{len(spec_state.conv)} conv states (the commit's kernel rolls back exactly one, as GDN pools have)")
         conv_src, conv_dst, conv_ints = gdn_fold.conv_args(state, spec_state.conv[0], spec_state.intermediate_conv_window[0])
         head, ints = (*pool[:3], conv_src, conv_dst, *pool[3:]), (*fold_ints, *conv_ints)
@@ -74,7 +75,7 @@ class CommitPlan:
 
     def run(self, slots, accept_lens, track_slots=None, track_steps=None) -> None:
         """Fold and roll back: one launch. Index tensors the launch cannot read as given are copied;
-        FoldShapeNotSupported (before anything is launched) for one that is not 1-D."""
+        NotCovered (before anything is launched) for one that is not 1-D."""
         if self._commit is not None:
             if self.has_track:
                 return self._commit(slots, accept_lens, track_slots, track_steps)

@@ -21,12 +21,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm_overlay.errors import NotCovered
+
 BLOCK = tl.constexpr(128)  # elements per copy step of one warp
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}  # conv dtypes taken
-
-
-class ConvShapeNotSupported(ValueError):
-    """The conv pair is not laid out as this kernel expects; the caller falls back to SGLang's commit."""
 
 
 @triton.jit
@@ -47,19 +45,19 @@ def copy_window(slot, step, src, dst, layer, row, start, chunk, elems, width, sr
 
 def runtime_args(dst, src, programs_per_row: int) -> tuple:
     """The fold's conv arguments (conv_elems .. conv_slots) for one conv pair; raises
-    ConvShapeNotSupported for a layout it does not copy the way SGLang's scatter does."""
+    NotCovered for a layout it does not copy the way SGLang's scatter does."""
     if dst.ndim != 4 or src.ndim != 5 or dst.shape[0] != src.shape[0] or tuple(dst.shape[2:]) != tuple(src.shape[3:]):
-        raise ConvShapeNotSupported(f"conv state {tuple(dst.shape)} and window {tuple(src.shape)} do not pair up")
+        raise NotCovered(f"conv state {tuple(dst.shape)} and window {tuple(src.shape)} do not pair up")
     if dst.dtype != src.dtype or str(dst.dtype) not in DTYPES:
-        raise ConvShapeNotSupported(f"conv dtypes {dst.dtype}/{src.dtype} (need one of {sorted(DTYPES)}, equal)")
+        raise NotCovered(f"conv dtypes {dst.dtype}/{src.dtype} (need one of {sorted(DTYPES)}, equal)")
     dim, width = dst.shape[2], dst.shape[3]
     if (width != 1 and dst.stride(3) != 1) or (dim != 1 and dst.stride(2) != width):
-        raise ConvShapeNotSupported(f"conv state strides {dst.stride()} are not contiguous per slot")
+        raise NotCovered(f"conv state strides {dst.stride()} are not contiguous per slot")
     elems = dim * width
     ints = (elems, width, triton.cdiv(elems, programs_per_row), *src.stride(), dst.stride(0), dst.stride(1),
             src.shape[1], src.shape[2], dst.shape[1])
     if any(value >= 2**31 for value in ints) or src.shape[1] * src.stride(1) >= 2**31:
-        raise ConvShapeNotSupported("conv tensors too large for 32-bit row offsets")
+        raise NotCovered("conv tensors too large for 32-bit row offsets")
     return ints
 
 

@@ -15,12 +15,10 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from replayssm_overlay.errors import NotCovered
+
 _driver = None
 _driver_lock = threading.Lock()
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed (the commit falls back to SGLang's fold for that call; nothing was launched)."""
 
 
 def driver() -> ctypes.CDLL:
@@ -33,11 +31,12 @@ def driver() -> ctypes.CDLL:
 
 
 def check(rc: int, what: str) -> None:
-    """CudaError naming the driver's error unless `rc` is CUDA_SUCCESS."""
+    """`NotCovered` naming the driver's error unless `rc` is CUDA_SUCCESS: a failed driver call launched
+    nothing, so the commit falls back to SGLang's fold for that call."""
     if rc != 0:
         name = ctypes.c_char_p()
         driver().cuGetErrorName(rc, ctypes.byref(name))
-        raise CudaError(f"{what}: {name.value.decode() if name.value else rc}")
+        raise NotCovered(f"{what}: {name.value.decode() if name.value else rc}")
 
 
 _CU_LAUNCH_PARAM_BUFFER_POINTER, _CU_LAUNCH_PARAM_BUFFER_SIZE, _CU_LAUNCH_PARAM_END = 1, 2, 0
@@ -64,7 +63,7 @@ class CubinLaunch:
         self._stream_of, self._device_index = torch._C._cuda_getCurrentRawStream, device_index
 
     def __call__(self) -> None:
-        """Queue the kernel on the device's current stream; CudaError if the driver refuses."""
+        """Queue the kernel on the device's current stream; NotCovered if the driver refuses."""
         self._stream.value = self._stream_of(self._device_index)
         rc = self._launch_kernel(*self._head)
         if rc != 0:

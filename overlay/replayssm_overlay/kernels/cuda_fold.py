@@ -20,7 +20,7 @@ its first; notes/perf.md, sessions 11 and 12); the kernel takes any grid.
 `launch.JitKernels` (the Triton twin). Its binary is an sm_90 cubin from the artifact folder (compiled with
 NVRTC by `replayssm-overlay kernels build`, checked by the loader: `loader.ArtifactSet.cuda_kernels`). A pool
 the kernel does not cover (K != 128, V not a multiple of a team's columns: 64 for 4 warps of 16, a window over
-32 steps, raw k/v rings that are not bf16, misaligned tensors) raises `gdn_fold.FoldShapeNotSupported` in
+32 steps, raw k/v rings that are not bf16, misaligned tensors) raises `errors.NotCovered` in
 `prepare`, before anything is launched.
 """
 
@@ -30,7 +30,8 @@ import ctypes
 import threading
 
 from replayssm_overlay.kernels import gdn_fold
-from replayssm_overlay.kernels.cu_driver import CubinLaunch, CudaError, check as _check, driver
+from replayssm_overlay.errors import NotCovered
+from replayssm_overlay.kernels.cu_driver import CubinLaunch, check as _check, driver
 
 KERNELS = {(2, False): "gdn_fold_conv2", (2, True): "gdn_fold_conv2_track", (4, False): "gdn_fold_conv4",
            (4, True): "gdn_fold_conv4_track"}  # (conv element bytes, track) -> entry point
@@ -103,7 +104,7 @@ class LoadedFold:
 
     def programs(self, key, shared: int) -> int:
         """Blocks that fit on the device at once (the persistent grid) for one entry point and shared memory
-        size; FoldShapeNotSupported where none fits (its launch would fail), when the plan is made."""
+        size; NotCovered where none fits (its launch would fail), when the plan is made."""
         found = self._per_sm.get((key, shared))
         if found is None:
             per_sm = ctypes.c_int()
@@ -111,7 +112,7 @@ class LoadedFold:
                                                                          32 * self.team[key[1]], ctypes.c_size_t(shared)),
                    "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             if per_sm.value < 1:
-                raise gdn_fold.FoldShapeNotSupported(f"no block of {self.team[key[1]]} warps with {shared} bytes of shared"
+                raise NotCovered(f"no block of {self.team[key[1]]} warps with {shared} bytes of shared"
                                                      " memory fits an SM of this device")
             found = self._per_sm[(key, shared)] = per_sm.value * self._sms
         return found
@@ -126,7 +127,7 @@ def static_shared_bytes(function) -> int:
 
 
 def _read_team(lib, module) -> dict:
-    """{track: warps per block} from the cubin's `gdn_fold_team`; CudaError for a cubin without it."""
+    """{track: warps per block} from the cubin's `gdn_fold_team`; NotCovered for a cubin without it."""
     address, size = ctypes.c_uint64(), ctypes.c_size_t()
     _check(lib.cuModuleGetGlobal_v2(ctypes.byref(address), ctypes.byref(size), module, _TEAM_SYMBOL),
            "cuModuleGetGlobal gdn_fold_team (a cubin of an older gdn_fold.cu?)")
@@ -142,20 +143,20 @@ def smem_bytes(window: int, team: int, columns: int = COLUMNS) -> int:
 
 
 def _covers(args, columns: int = COLUMNS) -> None:
-    """Raise FoldShapeNotSupported unless the kernel handles these (already Triton-checked) arguments."""
+    """Raise NotCovered unless the kernel handles these (already Triton-checked) arguments."""
     state, rawv, rawk = args[:3]  # the conv pair is Triton-checked: bf16, fp16 or fp32, 2 or 4 bytes a copy
     if str(rawv.dtype) != RING_DTYPE or str(rawk.dtype) != RING_DTYPE:  # SGLANG_MAMBA_CONV_DTYPE sets the rings'
-        raise gdn_fold.FoldShapeNotSupported(f"raw k/v rings of {rawk.dtype}/{rawv.dtype} (the CUDA kernel reads "
+        raise NotCovered(f"raw k/v rings of {rawk.dtype}/{rawv.dtype} (the CUDA kernel reads "
                                              "bfloat16 rings only; the ring dtype is the conv dtype, "
                                              "SGLANG_MAMBA_CONV_DTYPE)")
     V, RL = state.shape[3], rawv.shape[3]
     if V % columns or RL > MAX_WINDOW:
-        raise gdn_fold.FoldShapeNotSupported(f"V={V} (need a multiple of {columns}) or window {RL} (at most {MAX_WINDOW})"
+        raise NotCovered(f"V={V} (need a multiple of {columns}) or window {RL} (at most {MAX_WINDOW})"
                                              " for the CUDA kernel")
     for name, t, align in (("state", state, 16), ("rawv", rawv, 16), ("rawk", rawk, 16), ("gate", args[5], 4),
                            ("beta", args[6], 4)):
         if t.data_ptr() % align:
-            raise gdn_fold.FoldShapeNotSupported(f"{name} is not {align}-byte aligned")
+            raise NotCovered(f"{name} is not {align}-byte aligned")
 
 
 class CudaKernels:
@@ -179,7 +180,7 @@ class CudaKernels:
         return other
 
     def loaded(self, device_index: int) -> LoadedFold:
-        """The binary loaded on that device (once; raises CudaError if the driver refuses it)."""
+        """The binary loaded on that device (once; raises NotCovered if the driver refuses it)."""
         with self._lock:
             fold = self._loaded.get(device_index)
             if fold is None:
@@ -188,16 +189,16 @@ class CudaKernels:
 
     def prepare(self, fn, grid, args, constexprs, options, device_index=0):
         """One commit's launch for the Triton kernel's runtime arguments `args` (the plan's pool tensors and
-        example index tensors), on `grid`'s batch size; FoldShapeNotSupported before anything is loaded
+        example index tensors), on `grid`'s batch size; NotCovered before anything is loaded
         where the kernel does not cover the pool."""
         if fn is not gdn_fold.gdn_replayssm_fold_kernel:
-            raise gdn_fold.FoldShapeNotSupported(f"no CUDA kernel for {getattr(fn, '__name__', fn)}")
+            raise NotCovered(f"no CUDA kernel for {getattr(fn, '__name__', fn)}")
         _covers(args, self.columns)
         fold = self.loaded(device_index)
         key = (args[3].element_size(), bool(constexprs["HAS_TRACK"]))
         team = fold.team[key[1]]
         if args[0].shape[3] % (self.columns * team):
-            raise gdn_fold.FoldShapeNotSupported(f"V={args[0].shape[3]} (need a multiple of {self.columns * team}: "
+            raise NotCovered(f"V={args[0].shape[3]} (need a multiple of {self.columns * team}: "
                                                  f"{team} warps of {self.columns} columns) for the CUDA kernel")
         packed = pack(args, grid[1])
         shared = smem_bytes(packed.RL, team, self.columns)
@@ -242,7 +243,7 @@ def _launcher(fold, function, programs: int, threads: int, shared: int, packed, 
 def given_index(tensor, device_index: int, int32, int64, copy) -> tuple:
     """(address, 1 if int64 else 0, tensor) of an index vector the kernel reads as given: int32 or int64,
     1-D, contiguous, element-aligned, on the pool's device; else of its int32 copy made by `copy`
-    (`commit_plan.indices`, which raises FoldShapeNotSupported for a vector that is not 1-D). torch's dtypes
+    (`commit_plan.indices`, which raises NotCovered for a vector that is not 1-D). torch's dtypes
     are passed in: this module imports torch only where it runs."""
     dtype, address = tensor.dtype, tensor.data_ptr()
     wide = 1 if dtype is int64 else 0 if dtype is int32 else -1

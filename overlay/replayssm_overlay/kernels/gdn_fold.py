@@ -50,6 +50,7 @@ import os
 import triton
 import triton.language as tl
 
+from replayssm_overlay.errors import NotCovered
 from replayssm_overlay.kernels import conv_rollback
 
 INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")  # Triton's interpreter is on
@@ -67,10 +68,6 @@ def lanes_from_front() -> bool:
     """Triton before 3.7 hands lanes to tied axes from the front, 3.7 from the back (see the tile axes)."""
     major, minor = (int(x) for x in triton.__version__.split(".")[:2])
     return (major, minor) < (3, 7)
-
-
-class FoldShapeNotSupported(ValueError):
-    """The pool's shapes are not ones this kernel reproduces bitwise; the caller falls back."""
 
 
 @triton.jit
@@ -296,21 +293,21 @@ def _tree_numpy() -> bool:
 
 def _units(stride: int, unit: int, what: str) -> int:
     if stride % unit:
-        raise FoldShapeNotSupported(f"{what} stride {stride} is not a multiple of {unit}")
+        raise NotCovered(f"{what} stride {stride} is not a multiple of {unit}")
     return stride // unit
 
 
 def check_shapes(state, rawv, rawk, gate, beta) -> None:
-    """Raise FoldShapeNotSupported unless the pool has the layout and head dims this kernel handles."""
+    """Raise NotCovered unless the pool has the layout and head dims this kernel handles."""
     L, S, HV, V, K = state.shape
     H, RL = rawk.shape[2], rawv.shape[3]
     if K != SUPPORTED_K or V % BLOCK_V or HV % H:
-        raise FoldShapeNotSupported(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % {BLOCK_V} == 0, "
+        raise NotCovered(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % {BLOCK_V} == 0, "
                                     "HV a multiple of H)")
     if str(state.dtype) != "torch.float32" or str(gate.dtype) != "torch.float32" or beta.dtype != gate.dtype:
-        raise FoldShapeNotSupported(f"state/gate/beta dtypes {state.dtype}/{gate.dtype}/{beta.dtype}")
+        raise NotCovered(f"state/gate/beta dtypes {state.dtype}/{gate.dtype}/{beta.dtype}")
     if rawv.dtype != rawk.dtype or str(rawk.dtype) not in RING_DTYPES:
-        raise FoldShapeNotSupported(f"raw ring dtypes {rawv.dtype}/{rawk.dtype} (need one of "
+        raise NotCovered(f"raw ring dtypes {rawv.dtype}/{rawk.dtype} (need one of "
                                     f"{', '.join(d.removeprefix('torch.') for d in RING_DTYPES)}, the same for both)")
     expect = {
         "state": (state, (HV * V * K, V * K, K, 1)),
@@ -321,14 +318,14 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
     }
     for name, (t, inner) in expect.items():
         if tuple(t.stride()[2:]) != inner[1:] or t.shape[0] != L or t.shape[1] != S:
-            raise FoldShapeNotSupported(f"{name} {tuple(t.shape)} strides {t.stride()} are not slot-contiguous")
+            raise NotCovered(f"{name} {tuple(t.shape)} strides {t.stride()} are not slot-contiguous")
     if gate.stride() != beta.stride() or rawv.shape[2] != HV or rawk.shape[3] != RL:
-        raise FoldShapeNotSupported("gate/beta/raw rings disagree in shape or strides")
+        raise NotCovered("gate/beta/raw rings disagree in shape or strides")
 
 
 def runtime_args(state, rawv, rawk, gate, beta) -> tuple:
     """The fold's integer arguments for this pool (strides in the kernel's units, then the geometry), in
-    the kernel's order; raises FoldShapeNotSupported where the pool is not one the kernel reproduces."""
+    the kernel's order; raises NotCovered where the pool is not one the kernel reproduces."""
     check_shapes(state, rawv, rawk, gate, beta)
     _, _, HV, V, K = state.shape
     H, RL = rawk.shape[2], rawv.shape[3]
@@ -391,7 +388,7 @@ def fold_all_layers(
     the server's commit goes through `commit_plan.CommitPlan` (checked once, then one launch).
     `tree_numpy` forces a reduction tree (tests); None: numpy's under the interpreter."""
     if null_id != -1:
-        raise FoldShapeNotSupported(f"null block id {null_id} (the kernels are built for -1)")
+        raise NotCovered(f"null block id {null_id} (the kernels are built for -1)")
     ints = runtime_args(state, rawv, rawk, gate, beta)
     src, dst, conv_ints = conv_args(state, conv_dst, conv_src)
     B = slots.shape[0]

@@ -5,7 +5,7 @@ The folder comes from `RSO_KERNEL_DIR`, else `/opt/replayssm-overlay/kernels` (w
 `check(folder, arch)` lists what stands between this node and the folder: its manifest (schema
 `artifact_format.SCHEMA`), the GPU's compute capability (`torch.cuda.get_device_capability`), the sha256 of
 every file, and a CUDA kernel built from the installed `gdn_fold.cu`.
-`ArtifactSet.open()` refuses with all of them (`ArtifactRefused`, an `OverlayError`); `cuda_kernels()` hands
+`ArtifactSet.open()` refuses with all of them (`errors.NotCovered`: SGLang's fold commits); `cuda_kernels()` hands
 out the cubin as a `cuda_fold.CudaKernels`, which the driver loads when the fold is chosen (`fold.py`: a
 refusal there, too, makes the commit SGLang's, said once). Nothing here compiles anything.
 """
@@ -16,16 +16,12 @@ import os
 from pathlib import Path
 
 from replayssm_overlay.cliutil import sha256_file
-from replayssm_overlay.errors import OverlayError
+from replayssm_overlay.errors import NotCovered
 from replayssm_overlay.kernels import artifact_format as af
 
 ENV_DIR = "RSO_KERNEL_DIR"
 DEFAULT_DIR = Path("/opt/replayssm-overlay/kernels")
 _REBUILD = "rebuild them on this node's image: replayssm-overlay kernels build --out DIR"
-
-
-class ArtifactRefused(OverlayError):
-    """The prebuilt kernel cannot be used here; `what` says why. The caller commits with SGLang's fold."""
 
 
 def artifact_dir(explicit: str | os.PathLike | None = None) -> Path:
@@ -95,9 +91,8 @@ class ArtifactSet:
         folder = artifact_dir(folder)
         manifest, problems = check(folder, arch if arch is not None else gpu_arch())
         if problems:
-            raise ArtifactRefused(f"the prebuilt kernel in {folder} is refused: " + "; ".join(problems),
-                                  f"SGLang's fold commits meanwhile; {_REBUILD}, or point {ENV_DIR} at a matching "
-                                  "folder")
+            raise NotCovered(f"the prebuilt kernel in {folder} is refused: " + "; ".join(problems),
+                             f"SGLang's fold commits meanwhile; {_REBUILD}, or point {ENV_DIR} at a matching folder")
         return cls(folder, manifest)
 
     def cuda_kernels(self):
@@ -106,11 +101,3 @@ class ArtifactSet:
 
         path = self.folder / self.manifest["cuda"]["file"]
         return cuda_fold.CudaKernels(path.read_bytes(), str(path))
-
-
-def open_or_explain(folder=None) -> tuple[ArtifactSet | None, str]:
-    """(artifacts, "") when usable, else (None, the reason): for callers that fall back instead of failing."""
-    try:
-        return ArtifactSet.open(folder), ""
-    except ArtifactRefused as err:
-        return None, err.what

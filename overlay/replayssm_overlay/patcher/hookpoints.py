@@ -29,6 +29,7 @@ import ast
 from dataclasses import dataclass
 
 from replayssm_overlay import WHEEL_PATTERN
+from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER
 
 HOOKS = b"_rso_hooks"  # the module-level name every inserted call site reads (None: the package failed)
@@ -50,7 +51,7 @@ UNGUARDED_POOL_BUILDERS = {
 KDA_ERROR_WORDS = ("KDA", "kimi_linear")
 
 
-class HookPointError(Exception):
+class HookPointError(OverlayError):
     """The file's structure is not the one the overlay knows how to hook (says what was looked for)."""
 
 

@@ -54,8 +54,9 @@ class Step:
     previous: bytes | None = field(default=None, repr=False)  # what was there before the step; None: nothing
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM came while the steps ran (raised between two steps, never inside one)."""
+class Interrupted(OverlayError):
+    """SIGINT or SIGTERM came while the steps ran (raised between two steps, never inside one); `run` turns
+    it into the refusal that says what was rolled back."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -74,7 +75,7 @@ def run(verb: str, steps: list, *, sglang_dir, created_record: bool, then=None) 
                 step.previous = _read(step.path)
                 done.append(step)
                 _write(step, step.data)
-        except (OSError, OverlayError, Interrupted) as err:
+        except (OSError, OverlayError) as err:
             undone = _roll_back(done, sglang_dir, created_record)
             raise _failure(verb, err, undone, len(done), len(steps)) from err
         if then is not None:
