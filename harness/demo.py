@@ -5,12 +5,12 @@ epilog for what it does; it never modifies the installed SGLang.
 """
 
 import argparse
-import json
 import sys
 import time
 
 from harness import sandbox, verdict
-from harness.configurator_probe import KDA_REFUSAL, RAGGED_REFUSAL
+from harness.demo_text import environment_problem, finish, outcome, table, yes
+from harness.release_trees import INSTALLED_RELEASE, installed_sglang
 
 EPILOG = """\
 What it does (a few minutes on 2 CPU cores, no GPU needed):
@@ -43,18 +43,6 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _outcome(result: dict) -> str:
-    if result["outcome"] == "accepted":
-        pool = result["pool"]
-        if pool.get("replayssm_ring"):
-            return "accepted (GDN ring pool)"
-        if not pool["replayssm_spec_fold"]:
-            return "accepted (ReplaySSM off)"
-        return "accepted (KDA fold pool)" if pool["replayssm_is_kda"] else "accepted (GDN fold pool)"
-    known = [key for key in (KDA_REFUSAL, RAGGED_REFUSAL) if key in result["message"]]
-    return f"refused: {result['error']}" + (f" ({known[0]})" if known else "")
-
-
 def _crash(error: str | None) -> str:
     """'AttributeError: ... (at path/file.py:247)' -> 'crash: AttributeError at file.py:247'."""
     if not error:
@@ -64,29 +52,19 @@ def _crash(error: str | None) -> str:
 
 
 def _fold_line(fold: dict) -> str:
-    asked = f", asked for {fold['requested']}: {_yes(fold['ok'])}" if fold["requested"] else ""
+    asked = f", asked for {fold['requested']}: {yes(fold['ok'])}" if fold["requested"] else ""
     return f"{fold['fold']} ({fold.get('reason', 'not reported')}){asked}"
 
 
-def _table(headers: list, rows: list) -> str:
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "NO"
-
-
 def render(result: dict) -> str:
-    configurator = _table(
+    configurator = table(
         ["case", "stock 0.5.19", "with overlay", "as expected"],
         [
-            [r["case"], _outcome(r["stock"]), _outcome(r["patched"]), _yes(r["ok"])]
+            [r["case"], outcome(r["stock"]), outcome(r["patched"]), yes(r["ok"])]
             for r in result["configurator"]
         ],
     )
-    cycle = _table(
+    cycle = table(
         [
             "scenario",
             "algo",
@@ -106,9 +84,9 @@ def render(result: dict) -> str:
                 ",".join(map(str, r["commit_lens"])),
                 ",".join(map(str, r["padded_rows"])) or "-",
                 ",".join(map(str, r["track_steps"])) if max(r["track_steps"]) >= 0 else "-",
-                _yes(r["bitwise_equal"]),
+                yes(r["bitwise_equal"]),
                 _crash(r["stock_error"]),
-                _yes(r["ok"]),
+                yes(r["ok"]),
             ]
             for r in result["cycle"]
         ],
@@ -142,7 +120,7 @@ def render(result: dict) -> str:
             "",
             f"DFLASH extra-buffer track step for pre-verify lengths {track['seq_lens_pre']}, accept lengths "
             f"{track['commit_lens']} (track interval 8): 0.5.19's DFLASH computes {track['sglang_dflash_body']}, "
-            f"the overlay {track['overlay']} (expected {track['expected']}): {_yes(track['ok'])}",
+            f"the overlay {track['overlay']} (expected {track['expected']}): {yes(track['ok'])}",
             "",
             f"{verdict_line} ({result['seconds']:.0f} s)",
         ]
@@ -152,8 +130,8 @@ def render(result: dict) -> str:
 def summarize(reports: dict, *, seed: int, seconds: float, fold: str | None = None) -> dict:
     """The demo's result from `sandbox.stock_and_patched` reports: every row with its verdict."""
     return {
-        "sglang": str(sandbox.installed_sglang()),
-        "release": sandbox.SUPPORTED_RELEASE,
+        "sglang": str(installed_sglang()),
+        "release": INSTALLED_RELEASE,
         "model": reports["patched"]["model"],
         "patched_files": len(reports["patch"].get("files", [])),
         "patch": reports["patch"],
@@ -193,12 +171,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--release",
-        default=sandbox.SUPPORTED_RELEASE,
+        default=INSTALLED_RELEASE,
         help="the SGLang release to show it on (default 0.5.19, the venv's; 0.5.20 to 0.5.23 run the "
         "multi-step ring cycle against that release's MTP commit, see harness/ring_demo.py)",
     )
     args = parser.parse_args(argv)
-    if args.release != sandbox.SUPPORTED_RELEASE:
+    if args.release != INSTALLED_RELEASE:
         from harness import ring_demo
 
         return ring_demo.main(args.release, as_json=args.json, progress=_progress)
@@ -209,14 +187,8 @@ def main(argv=None) -> int:
         )
         result = summarize(reports, seed=args.seed, seconds=time.monotonic() - started, fold=args.fold)
     except Exception as error:  # environment problems: no sglang, a failed probe, a refused patch
-        print(f"demo: {type(error).__name__}: {error}", file=sys.stderr)
-        return 2
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        print()
-    else:
-        print(render(result))
-    return 0 if result["ok"] else 1
+        return environment_problem(error)
+    return finish(result, args.json, render)
 
 
 if __name__ == "__main__":

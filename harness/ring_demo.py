@@ -7,11 +7,10 @@ bitwise what that release's own MTP commit produces, and the ring's distance fro
 Called by `harness.demo --release`; exit 0 all as expected, 1 a row not as expected, 2 environment error.
 """
 
-import json
-import sys
 import time
 
 from harness import sandbox, verdict
+from harness.demo_text import environment_problem, finish, outcome, table, yes
 from harness.ring_cycle import RING_ERROR_BOUND
 
 
@@ -54,18 +53,16 @@ def summarize(reports: dict, seconds: float) -> dict:
 
 
 def render(result: dict) -> str:
-    from harness.demo import _outcome, _table, _yes
-
-    configurator = _table(
+    configurator = table(
         ["case", f"stock {result['release']}", "with overlay", "as expected"],
-        [[r["case"], _outcome(r["stock"]), _outcome(r["patched"]), _yes(r["ok"])] for r in result["configurator"]],
+        [[r["case"], outcome(r["stock"]), outcome(r["patched"]), yes(r["ok"])] for r in result["configurator"]],
     )
-    ring = _table(
+    ring = table(
         ["scenario", "algo", "N", "L", "steps", "flushes", "wraps", "tracks", "= MTP every step", "max rel. RMS", "as expected"],
         [
             [
                 r["scenario"], r["algorithm"], r["draft_tokens"], r["ring_len"], r["steps"], r["flushes"], r["wraps"],
-                r["tracked_steps"], _yes(r["bitwise_equal_to_mtp"]), f"{r['max_relative_rms']:.1e}", _yes(r["ok"]),
+                r["tracked_steps"], yes(r["bitwise_equal_to_mtp"]), f"{r['max_relative_rms']:.1e}", yes(r["ok"]),
             ]
             for r in result["ring_cycle"]
         ],
@@ -98,11 +95,5 @@ def main(release: str, *, as_json: bool, progress) -> int:
         reports = sandbox.stock_and_patched(release=release, progress=progress)
         result = summarize(reports, time.monotonic() - started)
     except Exception as error:  # environment problems: the release not installed, a failed probe
-        print(f"demo: {type(error).__name__}: {error}", file=sys.stderr)
-        return 2
-    if as_json:
-        json.dump(result, sys.stdout, indent=2)
-        print()
-    else:
-        print(render(result))
-    return 0 if result["ok"] else 1
+        return environment_problem(error)
+    return finish(result, as_json, render)

@@ -15,41 +15,18 @@ import subprocess
 import sys
 import tempfile
 
-from replayssm_overlay.errors import OverlayError
+from harness.errors import HarnessError
+from harness.release_trees import INSTALLED_RELEASE, release_tree
 from replayssm_overlay import records
 
-SUPPORTED_RELEASE = "0.5.19"
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-class SandboxError(RuntimeError):
-    """The environment cannot run the demo (no or unsupported SGLang, a probe that crashed)."""
-
-
-def installed_sglang() -> pathlib.Path:
-    """The installed `sglang` package directory (found without importing it); must be 0.5.19."""
-    from replayssm_overlay.patcher.target import declared_version, find_sglang_dir
-
-    try:
-        sglang_dir = find_sglang_dir()
-    except OverlayError as error:
-        raise SandboxError(f"{error.what}; run `make setup` first") from error
-    version = declared_version(sglang_dir)
-    if version != SUPPORTED_RELEASE:
-        raise SandboxError(
-            f"installed sglang is {version}; the overlay and this harness support {SUPPORTED_RELEASE} "
-            f"(`pip install --no-deps sglang=={SUPPORTED_RELEASE}`, or `make setup`)"
-        )
-    return sglang_dir
-
-
 @contextlib.contextmanager
-def sglang_copy(release: str = SUPPORTED_RELEASE):
-    """A copy of `release`'s sglang package (0.5.19: the installed one; later releases: see
+def sglang_copy(release: str = INSTALLED_RELEASE):
+    """A copy of `release`'s sglang package (INSTALLED_RELEASE: the installed one; later releases: see
     `harness.release_trees`) in a temporary directory (yields the copy's package dir); the directory is
     deleted when the block ends."""
-    from harness.release_trees import release_tree
-
     installed = release_tree(release)
     root = pathlib.Path(tempfile.mkdtemp(prefix="replayssm-sandbox-"))
     try:
@@ -130,10 +107,10 @@ def run_probe(
         check=False,
     )
     if completed.returncode != 0:
-        raise SandboxError(f"the probe against {sglang_dir} failed (exit {completed.returncode})")
+        raise HarnessError(f"the probe against {sglang_dir} failed (exit {completed.returncode})")
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     if pathlib.Path(report["sglang"]) != sglang_dir:
-        raise SandboxError(f"the probe imported {report['sglang']}, not the copy at {sglang_dir}")
+        raise HarnessError(f"the probe imported {report['sglang']}, not the copy at {sglang_dir}")
     return report
 
 
@@ -143,9 +120,9 @@ def stock_and_patched(
     progress=None,
     fold: str | None = None,
     head_k_dim: int | None = None,
-    release: str = SUPPORTED_RELEASE,
+    release: str = INSTALLED_RELEASE,
 ) -> dict:
-    """The probe's full report on a pristine copy of `release`'s SGLang (0.5.19: the installed one;
+    """The probe's full report on a pristine copy of `release`'s SGLang (INSTALLED_RELEASE: the installed one;
     later releases: `harness.release_trees`) ("stock") and on the same copy after the overlay's patcher
     applied it ("patched"), with the patcher's report ("patch"). The copy lives in a temporary directory
     that is deleted before this returns. `progress(line)` (optional) gets a line per step, and the
@@ -153,8 +130,6 @@ def stock_and_patched(
     sets the overlay's fold choice and `head_k_dim` the fold cycle model's K in both probes. On a
     circular-ring release the stock probe runs only the first ring scenario per algorithm (it crashes
     on its first step), the patched probe every one."""
-    from harness.release_trees import release_tree
-
     say = progress or (lambda line: None)
     say(f"[1/4] copying SGLang {release} from {release_tree(release)} to a temporary directory")
     with sglang_copy(release) as copy:
@@ -171,6 +146,6 @@ def stock_and_patched(
 
 
 @functools.cache
-def stock_and_patched_reports(seed: int = 0, release: str = SUPPORTED_RELEASE) -> dict:
+def stock_and_patched_reports(seed: int = 0, release: str = INSTALLED_RELEASE) -> dict:
     """`stock_and_patched` made once per process and release, quietly (tests in several modules share it)."""
     return stock_and_patched(seed=seed, release=release)

@@ -8,7 +8,7 @@ the commit crashes) and after the overlay's patcher applied it (bitwise equal to
 
 import pytest
 
-from harness import pd_decode, sandbox
+from harness import pd_decode, release_trees, sandbox
 from harness.cycle import SCENARIOS
 from replayssm_overlay import protocol
 
@@ -43,7 +43,7 @@ def test_the_pd_decode_pool_commits_bitwise_patched_and_crashes_stock(reports):
 def test_the_protocol_read_from_the_tree_is_the_pool_sglang_builds(reports):
     """`replayssm_overlay.protocol` (the configurator's and status's answer) agrees with the pool 0.5.19
     builds (`harness.probe.pool_protocol`); the ring releases in tests/releases."""
-    assert protocol.of_tree(sandbox.installed_sglang()) == reports["stock"]["protocol"] == protocol.FOLD
+    assert protocol.of_tree(release_trees.installed_sglang()) == reports["stock"]["protocol"] == protocol.FOLD
 
 
 def test_patched_dflash_commits_the_track_step(reports):

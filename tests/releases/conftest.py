@@ -4,7 +4,8 @@ is not there fails the test that needs it, naming `make setup`: these tests neve
 
 import pytest
 
-from harness.release_trees import ReleaseTreeError, release_tree
+from harness.errors import HarnessError
+from harness.release_trees import release_tree
 
 
 @pytest.fixture(scope="session")
@@ -12,7 +13,7 @@ def tree_of():
     def find(release: str):
         try:
             return release_tree(release)
-        except ReleaseTreeError as error:
+        except HarnessError as error:
             pytest.fail(str(error))
 
     return find
