@@ -9,12 +9,13 @@ Checked two ways, each with a control that shows the check can fail:
   paths import lazily, so `sys.modules` sees only what ran), followed through the package.
 """
 
-import ast
 import json
 import os
 import pathlib
 import subprocess
 import sys
+
+from tests.structure.import_graph import imports_of, module_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OVERLAY = ROOT / "overlay"
@@ -56,29 +57,6 @@ def modules_after_import(names, then: str = "") -> set:
     return set(json.loads(run.stdout.splitlines()[-1]))
 
 
-def _module_file(root: pathlib.Path, name: str):
-    path = root.joinpath(*name.split("."))
-    for candidate in (path / "__init__.py", path.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imports_of(file: pathlib.Path, name: str) -> set:
-    """Every module an import statement anywhere in `file` may load (absolute names)."""
-    package = name if file.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(file.read_text(), str(file))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(part for part in (base, node.module) if part)
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)  # kept if it is a module
-    return found
-
-
 def static_closure(root: pathlib.Path, package: str, roots) -> set:
     """The modules reachable from `roots` by import statements, through the modules under `root/package`;
     outside modules are reported by their top-level name."""
@@ -91,10 +69,10 @@ def static_closure(root: pathlib.Path, package: str, roots) -> set:
             continue
         for depth in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b first
             prefix = ".".join(parts[:depth])
-            file = _module_file(root, prefix)
+            file = module_file(root, prefix)
             if file is not None and prefix not in seen:
                 seen.add(prefix)
-                todo.extend(_imports_of(file, prefix))
+                todo.extend(imports_of(file, prefix))
     return seen
 
 
