@@ -14,26 +14,27 @@ where torch and Triton are absent. A refusal raises
 SIGTERM: `writes.py`), so the three files are always either all as they were or all as intended; the
 order of the writes keeps even a SIGKILLed run from lifting the KDA-only refusal before both commit hooks
 are in, and `status`/`verify` name the partial tree such a kill leaves (`partial`, with the commands that
-repair it; messages in `messages.py`). `apply`, `revert` and `verify` hold the lock on the
+repair it). `apply`, `revert` and `verify` hold the lock on the
 target (`lock.py`) while they look and write, so only one patcher acts on a tree at a time; `apply` and
 `revert` first delete the temp files a killed run left (`store.remove_leftovers`) and say so in
 `leftovers_removed`. A file patched over an unverified base is named in every result
 (`unverified_files`, and `release_label`, the words the messages use).
+
+This module is the API only: it decides and writes. How it reads a tree is `installation.py`, every
+sentence it says is `messages.py`, the all-or-nothing writes are `writes.py`.
 """
 
-import datetime
 import difflib
 import pathlib
 
 import replayssm_overlay
 from replayssm_overlay.cliutil import sha256_bytes
-from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.patcher import fingerprint, lock, messages, store, writes
+from replayssm_overlay.patcher import lock, messages, store, writes
 from replayssm_overlay.patcher.edits import patch_source
-from replayssm_overlay.patcher.filestate import MISSING, NO_FILE, PATCHED, PRISTINE, classify
+from replayssm_overlay.patcher.filestate import MISSING, PATCHED, PRISTINE
 from replayssm_overlay.patcher.hookpoints import HookPointError
-from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES, version_key
-from replayssm_overlay.patcher.target import declared_version
+from replayssm_overlay.patcher.installation import Tree, manifest_entry
+from replayssm_overlay.patcher.releases import TARGET_FILES
 
 __all__ = ["apply", "verify", "revert", "diff", "status"]
 
@@ -52,7 +53,7 @@ def apply(
 
 
 def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
-    tree = _Tree(sglang_dir)
+    tree = Tree(sglang_dir)
     leftovers = (
         [str(p) for p in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)]
         if dry_run
@@ -68,25 +69,18 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
             try:
                 patched[f.relpath] = patch_source(f.relpath, f.data)
             except HookPointError as err:
-                refusals.append(
-                    f"{f.relpath}: no hook point: {err}. This file's structure is not one the overlay "
-                    "can hook; it is not the SGLang release the overlay supports"
-                )
+                refusals.append(messages.no_hook_point(f, err))
             f.unverified = f.state != PRISTINE
         elif f.sha256 != f.base_sha256:
             refusals.append(messages.changed_since_patched(f))
         else:
             refusals.append(messages.unknown(f, tree.declared, tree.release))
     if not refusals and tree.release is None and any(f.releases for f in tree.files):
-        refusals.append(
-            "the files come from different SGLang releases ("
-            + ", ".join(f"{f.relpath}: {','.join(sorted(f.releases)) or 'unknown'}" for f in tree.files)
-            + "); reinstall one release"
-        )
+        refusals.append(messages.mixed_releases(tree.files))
     if tree.release is not None and tree.fingerprint and not allow_unverified:
         refusals.append(messages.fingerprint_refusal(tree.release, tree.fingerprint))
     if refusals:
-        raise _apply_refusal(tree, refusals, messages.leftovers_note(leftovers, dry_run))
+        raise messages.apply_refusal(tree, refusals, messages.leftovers_note(leftovers, dry_run))
 
     manifest = tree.new_manifest(patched, kernels)
     result = {
@@ -115,19 +109,10 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
     record_current = tree.manifest_matches(manifest) and tree.pristine_copies_match()
     result["changed"] = not dry_run and not (record_current and not patched)
     if dry_run:
-        result["message"] = (
-            f"dry run: would patch {len(patched)} file(s) of SGLang {tree.release_label()}; "
-            + (
-                "every hook point was found; the unverified file(s) are checked by structure only"
-                if tree.unverified_files()
-                else "every file and hook point checks out"
-            )
-            if patched
-            else "dry run: already patched; nothing to do"
-        ) + messages.leftovers_note(leftovers, dry_run)
+        result["message"] = messages.dry_run(tree, len(patched), leftovers)
         return result
     if not patched and record_current:
-        result["message"] = "already patched; nothing to do" + messages.leftovers_note(leftovers, dry_run)
+        result["message"] = messages.already_applied(leftovers)
         return result
 
     steps = [
@@ -146,37 +131,8 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
     late_signal = writes.run(
         "apply", steps, sglang_dir=tree.sglang_dir, created_record=not store.state_dir(tree.sglang_dir).exists()
     )
-    result["message"] = (
-        (
-            f"patched {len(patched)} file(s) of SGLang {tree.release_label()}"
-            if patched
-            else "already patched; the manifest and pristine copies were rewritten"
-        )
-        + messages.leftovers_note(leftovers, dry_run)
-        + _late_signal_note(late_signal, "apply")
-    )
+    result["message"] = messages.applied(tree, len(patched), leftovers, late_signal)
     return result
-
-
-def _apply_refusal(tree, refusals: list, leftovers_note: str) -> OverlayError:
-    """One refusal for the whole tree: not SGLang at all, a release the overlay does not support (said in
-    one line; the hashes are `detail`), or, for a supported release with a damaged file, each file."""
-    if all(f.state == MISSING and f.detail == NO_FILE for f in tree.files):
-        return messages.not_sglang(tree.sglang_dir, tree.files, tree.declared)
-    if tree.release is None and not any(f.releases for f in tree.files) and tree.declared not in RELEASES:
-        return messages.unsupported(tree.sglang_dir, tree, refusals)
-    if tree.release is None or any(not f.releases and f.data is not None for f in tree.files):
-        refusals.append(messages.likeness(tree))
-    return messages.refusal(
-        "patch", tree.sglang_dir, refusals, "see each file above; supported releases: " + messages.SUPPORTED,
-        leftovers_note,
-    )
-
-
-def _late_signal_note(late_signal, verb: str) -> str:
-    if late_signal is None:
-        return ""
-    return f" ({late_signal} arrived during the last step and was not acted on: the {verb} is complete)"
 
 
 def verify(sglang_dir, *, allow_unverified=False, lock_timeout_s=lock.DEFAULT_TIMEOUT_S) -> dict:
@@ -187,11 +143,8 @@ def verify(sglang_dir, *, allow_unverified=False, lock_timeout_s=lock.DEFAULT_TI
 
 
 def _verify(sglang_dir, allow_unverified) -> dict:
-    tree = _Tree(sglang_dir)
-    problems = [
-        f"{path}: a temp file left by a killed patcher run; `replayssm-overlay apply` or `revert` removes it"
-        for path in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)
-    ]
+    tree = Tree(sglang_dir)
+    problems = [messages.leftover_temp_file(path) for path in store.leftover_temp_files(tree.sglang_dir, TARGET_FILES)]
     manifest = tree.manifest
     partial = messages.partial(tree)
     if partial:
@@ -199,37 +152,21 @@ def _verify(sglang_dir, allow_unverified) -> dict:
     if tree.manifest_problem:
         problems.append(tree.manifest_problem)
     elif manifest is None:
-        carrying = [f.relpath for f in tree.files if f.state == PATCHED]
-        problems.append(
-            f"no manifest at {store.manifest_path(tree.sglang_dir)}: "
-            + (
-                f"the record is missing although {len(carrying)} file(s) carry the overlay's lines"
-                if carrying
-                else "the overlay is not applied here"
-            )
-        )
+        problems.append(messages.no_manifest(tree))
     for f in tree.files:
         if f.state != PATCHED:
-            problems.append(f"{f.relpath}: {f.state}: {f.detail}")
+            problems.append(messages.not_patched(f))
             continue
         if f.unverified and not allow_unverified:
-            problems.append(
-                f"{f.relpath}: patched over an unverified base; pass --allow-unverified to accept it"
-            )
+            problems.append(messages.unverified_base(f))
         copy = store.read_pristine_copy(tree.sglang_dir, f.relpath)
         if copy is None or sha256_bytes(copy) != f.base_sha256:
-            problems.append(
-                f"{f.relpath}: the saved pristine copy is missing or differs from the pristine base"
-            )
+            problems.append(messages.pristine_copy_differs(f))
         recorded = (manifest or {}).get("files", {}).get(f.relpath)
-        if manifest is not None and recorded != _manifest_entry(f, f.data):
-            problems.append(
-                f"{f.relpath}: the manifest records {recorded}, the file is {_manifest_entry(f, f.data)}"
-            )
+        if manifest is not None and recorded != manifest_entry(f, f.data):
+            problems.append(messages.manifest_entry_differs(f, recorded, manifest_entry(f, f.data)))
     if manifest is not None and manifest.get("release") != tree.release:
-        problems.append(
-            f"the manifest records release {manifest.get('release')}, the files are {tree.release}"
-        )
+        problems.append(messages.manifest_release_differs(manifest.get("release"), tree.release))
     if tree.release is not None and tree.fingerprint and not allow_unverified:
         problems.append(messages.fingerprint_refusal(tree.release, tree.fingerprint))
     return {
@@ -257,14 +194,9 @@ def revert(sglang_dir, *, lock_timeout_s=lock.DEFAULT_TIMEOUT_S) -> dict:
 
 
 def _revert(sglang_dir) -> dict:
-    tree = _Tree(sglang_dir)
+    tree = Tree(sglang_dir)
     if all(f.state == MISSING for f in tree.files):
-        if all(f.detail == NO_FILE for f in tree.files):
-            raise messages.not_sglang(tree.sglang_dir, tree.files, tree.declared)
-        raise messages.refusal(
-            "revert", tree.sglang_dir, [messages.missing(f) for f in tree.files],
-            "pass --sglang-dir with the `sglang` package directory the overlay patched",
-        )
+        raise messages.revert_refusal_all_missing(tree)
     leftovers = store.remove_leftovers(tree.sglang_dir, TARGET_FILES)
     refusals, restores, actions, left = [], [], {}, []
     for f in tree.files:
@@ -285,10 +217,7 @@ def _revert(sglang_dir) -> dict:
             restores.append((f, copy if source == "saved pristine copy" else f.base))
             actions[f.relpath] = ("restored", source)
         else:
-            refusals.append(
-                f"{f.relpath}: {f.detail} (sha256 {f.sha256}). It changed after the overlay patched it; "
-                f"reinstall SGLang's file ({messages.REINSTALL.format(release='<release>')})"
-            )
+            refusals.append(messages.changed_after_patch(f))
     if refusals:
         raise messages.refusal(
             "revert", tree.sglang_dir, refusals, "see each file above", messages.leftovers_note(leftovers, False)
@@ -303,15 +232,8 @@ def _revert(sglang_dir) -> dict:
         then=None if left else lambda: record_removed.append(store.remove_state_dir(tree.sglang_dir)),
     )
     removed = any(record_removed)
-    message = f"restored {len(restores)} file(s) to their pristine bytes" if restores else "nothing to revert"
-    if left:
-        record = store.state_dir(tree.sglang_dir)
-        kept = f"; the record folder {record} is kept (it may hold the saved pristine copies)"
-        message += (
-            "; NOT complete, left as is: " + "; ".join(left) + ". Reinstall SGLang's file(s) "
-            f"({messages.REINSTALL.format(release='<release>')})" + (kept if record.exists() else "")
-        )
-    message += _late_signal_note(late_signal, "revert")
+    record = store.state_dir(tree.sglang_dir)
+    kept_record = record if left and record.exists() else None
     return {
         "action": "revert",
         "sglang_dir": str(tree.sglang_dir),
@@ -319,17 +241,17 @@ def _revert(sglang_dir) -> dict:
         "complete": not left,
         "removed_state_dir": removed,
         "leftovers_removed": leftovers,
-        "state_dir": str(store.state_dir(tree.sglang_dir)),
+        "state_dir": str(record),
         "files": [
             {"relpath": rel, "action": action, "source": source} for rel, (action, source) in actions.items()
         ],
-        "message": message + messages.leftovers_note(leftovers, False),
+        "message": messages.reverted(len(restores), left, kept_record, late_signal, leftovers),
     }
 
 
 def diff(sglang_dir) -> str:
     """The unified diff from each file's pristine bytes (saved copy, else reconstructed) to the file now."""
-    tree = _Tree(_existing_dir(sglang_dir))
+    tree = Tree(_existing_dir(sglang_dir))
     chunks = []
     for f in tree.files:
         if f.data is None:
@@ -353,7 +275,7 @@ def status(sglang_dir) -> dict:
     the CLI adds `kernels`). Reports the record folder's problem instead of refusing on it, so it can
     show what is wrong; the temp files of a killed run (`leftovers`) and the holder of the lock, if a
     patcher runs now (`locked_by`)."""
-    tree = _Tree(_existing_dir(sglang_dir), record_must_be_usable=False)
+    tree = Tree(_existing_dir(sglang_dir), record_must_be_usable=False)
     states = {f.state for f in tree.files}
     overall = states.pop() if len(states) == 1 else ("mixed" if states == {PRISTINE, PATCHED} else "unknown")
     return {
@@ -377,88 +299,8 @@ def status(sglang_dir) -> dict:
     }
 
 
-class _Tree:
-    """One look at an installation: the three files' states, the manifest, the release they make up."""
-
-    def __init__(self, sglang_dir: pathlib.Path, *, record_must_be_usable=True):
-        self.sglang_dir = sglang_dir
-        if record_must_be_usable:
-            store.check_state_dir(self.sglang_dir)
-        self.manifest, self.manifest_problem = store.read_manifest(self.sglang_dir)
-        self.files = [classify(self.sglang_dir, rel, self.manifest) for rel in TARGET_FILES]
-        self.declared = declared_version(self.sglang_dir)
-        known = [f.releases for f in self.files if f.releases]
-        common = frozenset.intersection(*known) if known else frozenset()
-        self.release = (
-            self.declared if self.declared in common else max(common, key=version_key) if common else None
-        )
-        # the files the hooks rely on besides the three patched ones, where they differ from the release's
-        self.fingerprint = fingerprint.mismatches(self.sglang_dir, self.release) if self.release else []
-
-    def unverified_files(self) -> list:
-        return [f.relpath for f in self.files if f.unverified]
-
-    def release_label(self) -> str:
-        """What the messages call the installation: the release, every target file that is unverified and
-        every fingerprint file that is not the release's."""
-        label = self.release or "(release unidentified)"
-        unverified = self.unverified_files()
-        if unverified:
-            label += (
-                f", UNVERIFIED: {', '.join(unverified)} (matches no known release; "
-                "accepted with --allow-unverified)"
-            )
-        if self.fingerprint:
-            label += (
-                f", UNVERIFIED: {', '.join(m.relpath for m in self.fingerprint)} (not as SGLang {self.release} "
-                "ships it; the hooks rely on it; apply and verify need --allow-unverified)"
-            )
-        return label
-
-    def new_manifest(self, patched: dict, kernels) -> dict:
-        files = {f.relpath: _manifest_entry(f, patched.get(f.relpath, f.data)) for f in self.files}
-        return {
-            "schema": store.MANIFEST_SCHEMA,
-            "tool": "replayssm-overlay",
-            "overlay_version": replayssm_overlay.__version__,
-            "release": self.release,
-            "declared_sglang_version": self.declared,
-            "sglang_dir": str(self.sglang_dir),
-            "unverified": any(entry["unverified"] for entry in files.values()) or bool(self.fingerprint),
-            "fingerprint_mismatches": [m.as_json() for m in self.fingerprint],
-            "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "files": files,
-            "kernels": kernels,
-        }
-
-    def manifest_matches(self, manifest: dict) -> bool:
-        return self.manifest is not None and all(
-            self.manifest.get(key) == manifest[key]
-            for key in ("release", "files", "unverified", "sglang_dir")
-        )
-
-    def pristine_copies_match(self) -> bool:
-        return all(
-            (copy := store.read_pristine_copy(self.sglang_dir, f.relpath)) is not None
-            and sha256_bytes(copy) == f.base_sha256
-            for f in self.files
-        )
-
-
-def _manifest_entry(f, after: bytes) -> dict:
-    return {
-        "sha256_before": f.base_sha256,
-        "sha256_after": sha256_bytes(after),
-        "release": ",".join(sorted(f.releases)) or None,
-        "unverified": f.unverified,
-    }
-
-
 def _existing_dir(sglang_dir) -> pathlib.Path:
     path = pathlib.Path(sglang_dir).resolve()
     if not path.is_dir():
-        raise OverlayError(
-            f"{path} is not a directory",
-            "pass the `sglang` package directory (the folder that holds srt/)",
-        )
+        raise messages.not_a_directory(path)
     return path

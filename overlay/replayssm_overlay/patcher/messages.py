@@ -4,12 +4,13 @@ Why it exists: the same situations (a missing file, a file of no known release, 
 a folder that is not SGLang, a tree an interrupted run left partly patched) are met by `apply`,
 `verify`, `revert` and `status`, and each must be said the same way: what is wrong first, in one line,
 then the command that fixes it; the hashes that prove it only where they help (a supported release
-with a damaged file) or on request (`OverlayError.detail`: shown by `-v` and `--json`).
+with a damaged file) or on request (`OverlayError.detail`: shown by `-v` and `--json`). The API
+(`patcher/__init__.py`) decides and writes; every sentence it says comes from here.
 """
 
 from replayssm_overlay.errors import OverlayError
-from replayssm_overlay.patcher import fingerprint
-from replayssm_overlay.patcher.filestate import NO_FILE, PATCHED, PRISTINE
+from replayssm_overlay.patcher import fingerprint, store
+from replayssm_overlay.patcher.filestate import MISSING, NO_FILE, PATCHED, PRISTINE
 from replayssm_overlay.patcher.releases import CONFIGURATOR, RELEASES, TARGET_FILES, expected_hashes, version_key
 
 SUPPORTED = ", ".join(RELEASES)
@@ -160,3 +161,128 @@ def partial(tree) -> dict | None:
     )
     return {"patched": patched, "pristine": pristine, "lifts_refusal_without_commit": unsafe,
             "repair": repair, "detail": text}
+
+
+def not_a_directory(path) -> OverlayError:
+    return OverlayError(f"{path} is not a directory", "pass the `sglang` package directory (the folder that holds srt/)")
+
+
+def apply_refusal(tree, refusals: list, note: str) -> OverlayError:
+    """One refusal for the whole tree: not SGLang at all, a release the overlay does not support (said in
+    one line; the hashes are `detail`), or, for a supported release with a damaged file, each file."""
+    if all(f.state == MISSING and f.detail == NO_FILE for f in tree.files):
+        return not_sglang(tree.sglang_dir, tree.files, tree.declared)
+    if tree.release is None and not any(f.releases for f in tree.files) and tree.declared not in RELEASES:
+        return unsupported(tree.sglang_dir, tree, refusals)
+    if tree.release is None or any(not f.releases and f.data is not None for f in tree.files):
+        refusals.append(likeness(tree))
+    return refusal("patch", tree.sglang_dir, refusals, "see each file above; supported releases: " + SUPPORTED, note)
+
+
+def revert_refusal_all_missing(tree) -> OverlayError:
+    """No target file is a file: the folder is not SGLang, or not the one the overlay patched."""
+    if all(f.detail == NO_FILE for f in tree.files):
+        return not_sglang(tree.sglang_dir, tree.files, tree.declared)
+    return refusal("revert", tree.sglang_dir, [missing(f) for f in tree.files],
+                   "pass --sglang-dir with the `sglang` package directory the overlay patched")
+
+
+def no_hook_point(f, err) -> str:
+    return (
+        f"{f.relpath}: no hook point: {err}. This file's structure is not one the overlay "
+        "can hook; it is not the SGLang release the overlay supports"
+    )
+
+
+def mixed_releases(files) -> str:
+    return (
+        "the files come from different SGLang releases ("
+        + ", ".join(f"{f.relpath}: {','.join(sorted(f.releases)) or 'unknown'}" for f in files)
+        + "); reinstall one release"
+    )
+
+
+def changed_after_patch(f) -> str:
+    return (
+        f"{f.relpath}: {f.detail} (sha256 {f.sha256}). It changed after the overlay patched it; "
+        f"reinstall SGLang's file ({REINSTALL.format(release='<release>')})"
+    )
+
+
+def dry_run(tree, patching: int, leftovers: list) -> str:
+    """What `apply --dry-run` found: the files it would patch, or nothing to do."""
+    if not patching:
+        return "dry run: already patched; nothing to do" + leftovers_note(leftovers, True)
+    checked = (
+        "every hook point was found; the unverified file(s) are checked by structure only"
+        if tree.unverified_files()
+        else "every file and hook point checks out"
+    )
+    return f"dry run: would patch {patching} file(s) of SGLang {tree.release_label()}; {checked}" + leftovers_note(
+        leftovers, True
+    )
+
+
+def already_applied(leftovers: list) -> str:
+    return "already patched; nothing to do" + leftovers_note(leftovers, False)
+
+
+def applied(tree, patched: int, leftovers: list, late_signal) -> str:
+    done = (
+        f"patched {patched} file(s) of SGLang {tree.release_label()}"
+        if patched
+        else "already patched; the manifest and pristine copies were rewritten"
+    )
+    return done + leftovers_note(leftovers, False) + late_signal_note(late_signal, "apply")
+
+
+def reverted(restored: int, left: list, kept_record, late_signal, leftovers: list) -> str:
+    """What `revert` did: the files restored, those it had to leave as they are (and the record folder it
+    kept for them, `kept_record`, if there is one)."""
+    message = f"restored {restored} file(s) to their pristine bytes" if restored else "nothing to revert"
+    if left:
+        kept = f"; the record folder {kept_record} is kept (it may hold the saved pristine copies)"
+        message += (
+            "; NOT complete, left as is: " + "; ".join(left) + ". Reinstall SGLang's file(s) "
+            f"({REINSTALL.format(release='<release>')})" + (kept if kept_record is not None else "")
+        )
+    return message + late_signal_note(late_signal, "revert") + leftovers_note(leftovers, False)
+
+
+def late_signal_note(late_signal, verb: str) -> str:
+    if late_signal is None:
+        return ""
+    return f" ({late_signal} arrived during the last step and was not acted on: the {verb} is complete)"
+
+
+def leftover_temp_file(path) -> str:
+    return f"{path}: a temp file left by a killed patcher run; `replayssm-overlay apply` or `revert` removes it"
+
+
+def no_manifest(tree) -> str:
+    carrying = [f.relpath for f in tree.files if f.state == PATCHED]
+    return f"no manifest at {store.manifest_path(tree.sglang_dir)}: " + (
+        f"the record is missing although {len(carrying)} file(s) carry the overlay's lines"
+        if carrying
+        else "the overlay is not applied here"
+    )
+
+
+def not_patched(f) -> str:
+    return f"{f.relpath}: {f.state}: {f.detail}"
+
+
+def unverified_base(f) -> str:
+    return f"{f.relpath}: patched over an unverified base; pass --allow-unverified to accept it"
+
+
+def pristine_copy_differs(f) -> str:
+    return f"{f.relpath}: the saved pristine copy is missing or differs from the pristine base"
+
+
+def manifest_entry_differs(f, recorded, actual) -> str:
+    return f"{f.relpath}: the manifest records {recorded}, the file is {actual}"
+
+
+def manifest_release_differs(recorded, release) -> str:
+    return f"the manifest records release {recorded}, the files are {release}"
