@@ -1,4 +1,4 @@
-"""Drive the installed SGLang's (0.5.19 to 0.5.23) real `KVCacheConfigurator` pool builders for a set of
+"""Drive the installed SGLang's (any supported release) real `KVCacheConfigurator` pool builders for a set of
 model/flag cases: the hybrid request pool (`_build_hybrid_req_pool`, the one with the KDA-only guard) and
 the PD-decode pool (`_build_hybrid_mamba_decode_req_pool`, a `--disaggregation-mode decode` server, no
 guard in stock).

@@ -6,8 +6,9 @@
 `relax_conv_scatter_cuda_guard()`: `fused_conv_window_scatter_with_mask` refuses non-CUDA tensors before
 it launches its (device-agnostic) Triton kernel. The check is found by structure in the installed
 function's source (an `if` on `.is_cuda` whose condition also compares devices, in either of the two
-forms releases 0.5.19 to 0.5.23 use), the device-kind operands are dropped so only the same-device test
-remains, and the rebuilt function is bound
+forms the supported releases use: `relaxed_conv_scatter`, which tests/releases runs on every release's
+file), the device-kind operands are dropped so only the same-device test remains, and the rebuilt
+function is bound
 in place of the module attribute. SGLang's commit wrapper imports the function lazily, so it picks up
 the rebinding. Nothing on disk is modified; the kernel itself is unchanged.
 """
@@ -93,24 +94,28 @@ class _DropIsCuda(ast.NodeTransformer):
         return node
 
 
-def relax_conv_scatter_cuda_guard() -> None:
-    """Rebind SGLang's conv-window scatter without its CUDA-only check (idempotent).
+def relaxed_conv_scatter(source: str) -> ast.Module:
+    """The conv-window scatter's function `source` with its CUDA-only check's device-kind half dropped;
+    RuntimeError when the check is not found exactly once (a SGLang this harness does not know). Imports
+    nothing of the overlay: the probe runs it where a test hides `replayssm_overlay`."""
+    transformer = _DropIsCuda()
+    tree = transformer.visit(ast.parse(textwrap.dedent(source)))
+    if transformer.rewrites != 1:
+        raise RuntimeError(
+            f"{CONV_SCATTER_MODULE}.{CONV_SCATTER_NAME}: expected one CUDA-only device check, found "
+            f"{transformer.rewrites}; this harness knows the checks of the releases in patcher/releases.py"
+        )
+    return tree
 
-    Raises RuntimeError when the check is not found exactly once (a SGLang this harness does not know).
-    """
+
+def relax_conv_scatter_cuda_guard() -> None:
+    """Rebind SGLang's conv-window scatter without its CUDA-only check (idempotent; `relaxed_conv_scatter`)."""
     module = importlib.import_module(CONV_SCATTER_MODULE)
     function = getattr(module, CONV_SCATTER_NAME)
     if getattr(function, "_replayssm_harness_relaxed", False):
         return
     lines, first_line = inspect.getsourcelines(function)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    transformer = _DropIsCuda()
-    tree = transformer.visit(tree)
-    if transformer.rewrites != 1:
-        raise RuntimeError(
-            f"{CONV_SCATTER_MODULE}.{CONV_SCATTER_NAME}: expected one CUDA-only device check, found "
-            f"{transformer.rewrites}; this harness knows the checks of SGLang 0.5.19 to 0.5.23"
-        )
+    tree = relaxed_conv_scatter("".join(lines))
     ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, first_line - 1)
     namespace = {}

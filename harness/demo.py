@@ -11,6 +11,7 @@ import time
 from harness import sandbox, verdict
 from harness.demo_text import environment_problem, finish, outcome, table, yes
 from harness.release_trees import INSTALLED_RELEASE, installed_sglang
+from replayssm_overlay.patcher.releases import RING_RELEASES, span
 
 EPILOG = """\
 What it does (a few minutes on 2 CPU cores, no GPU needed):
@@ -172,8 +173,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--release",
         default=INSTALLED_RELEASE,
-        help="the SGLang release to show it on (default 0.5.19, the venv's; 0.5.20 to 0.5.23 run the "
-        "multi-step ring cycle against that release's MTP commit, see harness/ring_demo.py)",
+        help=f"the SGLang release to show it on (default {INSTALLED_RELEASE}, the venv's; {span(RING_RELEASES)} run "
+        "the multi-step ring cycle against that release's MTP commit, see harness/ring_demo.py)",
     )
     args = parser.parse_args(argv)
     if args.release != INSTALLED_RELEASE:

@@ -1,4 +1,4 @@
-"""`make demo SGLANG_RELEASE=0.5.2X`: the same proof on a circular-ring release (0.5.20 to 0.5.23).
+"""`make demo SGLANG_RELEASE=0.5.2X`: the same proof on a circular-ring release (0.5.20 on).
 
 Copies that release's SGLang tree (`harness.release_trees`), shows stock refusing DFLASH/DSPARK +
 ReplaySSM spec on GDN and crashing in the commit, applies the overlay to the copy, and shows the patched

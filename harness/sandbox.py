@@ -126,7 +126,7 @@ def stock_and_patched(
     later releases: `harness.release_trees`) ("stock") and on the same copy after the overlay's patcher
     applied it ("patched"), with the patcher's report ("patch"). The copy lives in a temporary directory
     that is deleted before this returns. `progress(line)` (optional) gets a line per step, and the
-    probe's own progress lines go to stderr; without it both are quiet. `fold` (auto, overlay, sglang)
+    probe's own progress lines go to stderr; without it both are quiet. `fold` (auto, triton, sglang)
     sets the overlay's fold choice and `head_k_dim` the fold cycle model's K in both probes. On a
     circular-ring release the stock probe runs only the first ring scenario per algorithm (it crashes
     on its first step), the patched probe every one."""

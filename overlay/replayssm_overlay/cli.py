@@ -26,7 +26,7 @@ from replayssm_overlay.errors import OverlayError, from_os_error
 from replayssm_overlay.kernels.cli import register as register_kernels
 from replayssm_overlay.metrics_cli import register as register_metrics
 from replayssm_overlay.patcher.lock import DEFAULT_TIMEOUT_S
-from replayssm_overlay.patcher.releases import RELEASES, TARGET_FILES
+from replayssm_overlay.patcher.releases import RELEASES, RING_RELEASES, TARGET_FILES
 from replayssm_overlay.patcher.target import find_sglang_dir
 
 TOP_EPILOG = """\
@@ -43,7 +43,7 @@ refusal or an apply/revert stopped by SIGINT/SIGTERM (nothing changed: rolled
 back).
 """
 
-STATUS_SCHEMA_HELP = """\
+STATUS_SCHEMA_HELP = f"""\
 JSON (--json), schema 1:
   schema            1
   sglang_dir        the sglang package directory inspected
@@ -56,7 +56,7 @@ JSON (--json), schema 1:
   unverified        true if a file was patched over an unknown base, or a
                     fingerprint file differs
   fingerprint_mismatches
-                    [{relpath, expected, found}]: the release's fingerprint
+                    [{{relpath, expected, found}}]: the release's fingerprint
                     files that differ (found null: missing)
   unverified_files  the files patched with apply --allow-unverified
   leftovers         temp files a killed patcher run left (apply, revert
@@ -66,13 +66,13 @@ JSON (--json), schema 1:
   manifest_path     where the manifest is (or would be)
   manifest          the manifest's content, or null
   manifest_problem  why the manifest could not be read, or null
-  protocol          fold (0.5.19: the raw-window fold commits) | ring (0.5.20 to
-                    0.5.23: SGLang's own MTP commit commits) | null (neither),
+  protocol          fold (0.5.19: the raw-window fold commits) | ring ({RING_RELEASES[0]} to
+                    {RING_RELEASES[-1]}: SGLang's own MTP commit commits) | null (neither),
                     read from the tree's GDN ReplaySSM kernel files
   partial           null, or (state mixed: an interrupted apply or revert)
-                    {patched[], pristine[], lifts_refusal_without_commit,
+                    {{patched[], pristine[], lifts_refusal_without_commit,
                     repair[] (the apply and the revert command that repair
-                    it), detail}; status then exits 1
+                    it), detail}}; status then exits 1
   kernels           replayssm_overlay.fold.describe(): the fold kernel this
                     node would commit with (none commits on a ring release:
                     see exactness.commit)

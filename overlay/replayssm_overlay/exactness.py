@@ -9,7 +9,7 @@ each backed by a test or a measurement:
   off (its per-step snapshot path), whichever fold commits (the overlay's, checked before serving, or
   SGLang's own, both bitwise the decode recurrence: tests/cycle, tests/kernels, the H200 runs);
 - 0.5.19, another state dtype: SGLang's own fold commits; the overlay claims nothing beyond SGLang's;
-- 0.5.20 to 0.5.23 (circular ring): SGLang's own MTP commit of that release, bitwise (tests/releases); that
+- 0.5.20 on (circular ring): SGLang's own MTP commit of that release, bitwise (tests/releases); that
   commit is within RING_ERROR_BOUND relative RMS of the recurrence run token by token, not bitwise;
 - caveats on 0.5.19: with `--mamba-radix-cache-strategy extra_buffer` the overlay also commits the track
   slot, which 0.5.19's stock DFLASH with ReplaySSM off never does (it compares against the pre-verify

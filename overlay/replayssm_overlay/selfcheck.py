@@ -21,7 +21,7 @@ several items and stages and prefetches the next one while it folds (`has_next` 
 path every batch with more items than resident blocks runs; its cost (two more launches and compares) is
 recorded as `staging_seconds`.
 A non-fp32 SSM state (`--mamba-ssm-dtype`) is not one the overlay's fold handles: SGLang's fold commits,
-said once, and there is nothing to check. On the circular-ring releases (0.5.20 to 0.5.23,
+said once, and there is nothing to check. On the circular-ring releases (0.5.20 on,
 `replayssm_overlay.protocol`) the commit is SGLang's own MTP commit and the overlay's fold never runs:
 nothing is checked or compiled, and the record says what commits ("ring-commit").
 Every record carries `commit` and `exactness` (`replayssm_overlay.exactness`).
@@ -268,11 +268,9 @@ class _Window:
         return state, tracked
 
 
-#: SGLang's recurrence module: under `fla/` up to 0.5.22, `linear/` in 0.5.23 (the first one that imports)
-RECURRENCE_MODULES = (
-    "sglang.kernels.ops.attention.fla.fused_sigmoid_gating_recurrent",
-    "sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent",
-)
+#: SGLang's recurrence module, wherever the release keeps it (`protocol.KERNEL_PACKAGES`), oldest package
+#: first (the first one that imports)
+RECURRENCE_MODULES = tuple(reversed(protocol.kernel_module_names("fused_sigmoid_gating_recurrent")))
 
 
 def _recurrence_module():

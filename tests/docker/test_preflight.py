@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from replayssm_overlay.patcher.releases import SUPPORTED_RELEASES
 from tests.docker.helpers import REPO, make
 
 PINNED = "sha256:" + "ab" * 32
@@ -134,9 +135,9 @@ KNOWN_DIGESTS = {
 
 
 def test_lock_pins_every_supported_release_and_only_the_verified_digests():
-    assert REAL_LOCK["RELEASES"].split(",") == ["0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+    assert tuple(REAL_LOCK["RELEASES"].split(",")) == SUPPORTED_RELEASES
     assert REAL_LOCK["LANES_0.5.19"] == "cu130,cu129"  # the last release with a CUDA 12 lane
-    assert all(REAL_LOCK[f"LANES_{r}"] == "cu130" for r in ("0.5.20", "0.5.21", "0.5.22", "0.5.23"))
+    assert all(REAL_LOCK[f"LANES_{r}"] == "cu130" for r in SUPPORTED_RELEASES[1:])
     digests = {pin: REAL_LOCK[f"BASE_DIGEST_{pin[0]}_{pin[1]}"] for pin in PINS}
     assert {pin: d for pin, d in digests.items() if not d.endswith("UNPINNED-run-make-pin-base")} == KNOWN_DIGESTS
     for release, lane in PINS:

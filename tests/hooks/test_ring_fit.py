@@ -1,4 +1,4 @@
-"""The ring-fit rule (`hooks/ring_fit.py`): on a circular-ring release (0.5.20 to 0.5.23) DFLASH/DSPARK are
+"""The ring-fit rule (`hooks/ring_fit.py`): on a circular-ring release (0.5.20 on) DFLASH/DSPARK are
 served only where `--linear-replayssm-cache-len` is a power of two of at least twice the verify window,
 refused at startup otherwise, naming both flags and the smallest ring that fits; 0.5.19 (whose fold
 window is sized to the verify window) is not concerned.

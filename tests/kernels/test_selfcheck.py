@@ -131,7 +131,7 @@ def test_the_record_says_what_commits_and_what_is_bitwise():
 
 
 def test_a_ring_release_checks_nothing_and_records_sglangs_mtp_commit(monkeypatch, caplog):
-    """0.5.20 to 0.5.23: the overlay's fold never commits, so nothing is compiled or compared, the fold
+    """The ring releases (0.5.20 on): the overlay's fold never commits, so nothing is compiled or compared, the fold
     choice is left alone, and the record says that SGLang's MTP commit commits."""
     monkeypatch.setattr(selfcheck, "_compare", lambda *a: pytest.fail("the overlay's fold checked on a ring release"))
     monkeypatch.setattr(fold, "chosen", lambda: pytest.fail("a fold chosen on a ring release"))

@@ -1,4 +1,4 @@
-"""Every supported SGLang release's real files: 0.5.19 is the venv's installed SGLang, 0.5.20 to 0.5.23 are
+"""Every supported SGLang release's real files: 0.5.19 is the venv's installed SGLang, the later ones are
 installed by scripts/setup-venv.sh under <venv>/sglang-releases (harness.release_trees). A release that
 is not there fails the test that needs it, naming `make setup`: these tests never skip a release."""
 

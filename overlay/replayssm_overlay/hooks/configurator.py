@@ -1,6 +1,6 @@
 """The configurator rule: which DFLASH/DSPARK + `--enable-linear-replayssm-spec` models the overlay takes.
 
-Stock SGLang (0.5.19 to 0.5.23) refuses DFLASH and DSPARK with ReplaySSM spec-verify on every non-KDA
+Stock SGLang (every supported release) refuses DFLASH and DSPARK with ReplaySSM spec-verify on every non-KDA
 model, because their commit only knows the KDA fold. The patched
 `KVCacheConfigurator._build_hybrid_req_pool` asks `keep_kda_only_guard` only when that refusal is about
 to be raised, and the answer (the same on every release) is:
@@ -14,7 +14,7 @@ to be raised, and the answer (the same on every release) is:
 Before lifting it, on SGLang 0.5.19 (the raw-window fold, `replayssm_overlay.protocol`) the node checks
 the fold it will commit with (`replayssm_overlay.selfcheck`: bitwise against SGLang's recurrence on a
 random window, or SGLang's fold for a non-fp32 state), and where that fold is SGLang's, compiles it
-(`replayssm_overlay.sglang_warmup`); on the circular-ring releases (0.5.20 to 0.5.23) the commit is SGLang's
+(`replayssm_overlay.sglang_warmup`); on the circular-ring releases (0.5.20 on) the commit is SGLang's
 own MTP commit, so nothing of the overlay's is checked, and the verify window must fit the ring
 (`hooks/ring_fit.py`: refused otherwise, naming both flags). The commit path is imported here, so an overlay
 whose commit cannot import never lifts the refusal (`hooks/__init__.py`).

@@ -1,4 +1,4 @@
-"""The startup rule that the verify window fits the GDN ReplaySSM ring (SGLang 0.5.20 to 0.5.23).
+"""The startup rule that the verify window fits the GDN ReplaySSM ring (SGLang 0.5.20 on).
 
 Why: on the ring releases a GDN pool keeps a circular ring of L = `--linear-replayssm-cache-len` rows
 (SGLang's default 16) whatever the verify window N is. The verify writes a window's rows at ring

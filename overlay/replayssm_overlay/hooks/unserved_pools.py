@@ -6,9 +6,9 @@ on a non-KDA model. Two other builders make the request pool of a hybrid GDN mod
 - `_build_hybrid_mamba_decode_req_pool`, on a PD-disaggregation decode server: it builds the same GDN
   ReplaySSM pool by the same `_init_mamba_pool` (a `HybridMambaDecodeReqToTokenPool`), and stock SGLang
   crashes at its first DFLASH/DSPARK commit. The overlay serves it under the rules of the hybrid pool
-  (`hooks.configurator.admit`: DSPARK static only, the verify window fitting the ring on 0.5.20 to 0.5.23,
+  (`hooks.configurator.admit`: DSPARK static only, the verify window fitting the ring from 0.5.20 on,
   the node's self-check): the commit cycle on that very pool, built by each release's own builder, is
-  bitwise equal to token-by-token decode on 0.5.19 and to the release's MTP commit on 0.5.20 to 0.5.23
+  bitwise equal to token-by-token decode on 0.5.19 and to the release's MTP commit from 0.5.20 on
   (`harness.pd_decode`, tests/cycle, tests/releases).
 - `_init_unified_mamba_pools` (`--enable-unified-memory`): SGLang's unified mamba pool turns ReplaySSM
   off without a word (its pool reports `replayssm_spec_fold = False` and keeps per-step snapshots), so

@@ -164,7 +164,8 @@ def partial(tree) -> dict | None:
 
 
 def not_a_directory(path) -> OverlayError:
-    return OverlayError(f"{path} is not a directory", "pass the `sglang` package directory (the folder that holds srt/)")
+    return OverlayError(f"{path} is not a directory",
+                        "pass the `sglang` package directory (the folder that holds srt/)")
 
 
 def apply_refusal(tree, refusals: list, note: str) -> OverlayError:

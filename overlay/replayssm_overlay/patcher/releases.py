@@ -10,17 +10,14 @@ release's protocol: 0.5.19's raw-window fold and the recurrence it clones, 0.5.2
 Anything else is refused, naming the file that differs, unless `--allow-unverified` (recorded in the
 manifest and said in every message).
 
-To support another release, add one entry to `RELEASE_FILES` with the sha256 of each file as it ships in
-the wheel (same keys as its neighbour; the kernel files under that release's kernel folder):
-
-    pip download --no-deps sglang==X.Y.Z -d /tmp/w
-    python -m zipfile -e /tmp/w/sglang-X.Y.Z-*.whl /tmp/x
-    sha256sum /tmp/x/sglang/<each file of the entry above>
-
-then check that the hook points are found (`replayssm-overlay apply --dry-run --sglang-dir /tmp/x/sglang`),
-add X.Y.Z to `harness/release_trees.py` and `scripts/setup-venv.sh`, and run `tests/releases`: the
-configurator rule and the multi-step commit cycle on X.Y.Z's real code.
+This table is the one list of releases: the harness, `scripts/setup-venv.sh` and the help texts derive
+theirs from it, and `tests/releases/test_release_coverage.py` fails for a release that is missing where it
+must also appear (`docker/base.lock`, the kernel packages of `protocol.py`, the harness's release trees and
+probes, every release range the documentation states). Adding a release is `RELEASING.md` at the
+repository root, step by step (how to get the hashes, what to test).
 """
+
+from replayssm_overlay.protocol import FLA_KERNELS, LINEAR_KERNELS, RING_MODULE
 
 CONFIGURATOR = "srt/mem_cache/kv_cache_configurator.py"
 DFLASH_WORKER = "srt/speculative/dflash_worker_v2.py"
@@ -35,8 +32,8 @@ GDN_BACKEND = "srt/layers/attention/linear/gdn_backend.py"  # the verify that wr
 HYBRID_BACKEND = "srt/layers/attention/hybrid_linear_attn_backend.py"  # verify metadata (physical slots)
 SPEC_UTILS = "srt/speculative/spec_utils.py"  # the MTP commit the ring releases reuse
 CONV_SCATTER = "kernels/ops/mamba/mamba_state_scatter_triton.py"  # the conv-window rollback
-FLA = "kernels/ops/attention/fla/"  # GDN kernel folder up to 0.5.22
-LINEAR = "kernels/ops/attention/linear/"  # and from 0.5.23 on
+FLA = FLA_KERNELS + "/"  # GDN kernel folder up to 0.5.22
+LINEAR = LINEAR_KERNELS + "/"  # and from 0.5.23 on
 
 #: release -> {file relative to the `sglang` package: sha256 of the pristine file in that release's wheel}.
 #: Every entry holds the three TARGET_FILES plus its fingerprint files.
@@ -99,8 +96,14 @@ RELEASE_FILES = {
     },
 }
 
-#: The supported releases, oldest first (the image build and the CI read this list).
+#: The supported releases, oldest first (`docker/base.lock`'s RELEASES, which the image build and the CI
+#: read, is held equal to it by tests/releases).
 SUPPORTED_RELEASES = tuple(RELEASE_FILES)
+
+#: The circular-ring releases (their fingerprint holds the GDN ring kernel module), oldest first; the others
+#: keep 0.5.19's raw-window fold.
+RING_RELEASES = tuple(release for release, files in RELEASE_FILES.items()
+                      if any(relpath.endswith("/" + RING_MODULE) for relpath in files))
 
 #: release -> {target file: pristine sha256}: what identifies a release.
 RELEASES = {
@@ -112,6 +115,11 @@ FINGERPRINTS = {
     release: {relpath: sha for relpath, sha in files.items() if relpath not in TARGET_FILES}
     for release, files in RELEASE_FILES.items()
 }
+
+
+def span(releases) -> str:
+    """Releases as prose says them: "<oldest> to <newest>", or the one release."""
+    return releases[0] if len(releases) == 1 else f"{releases[0]} to {releases[-1]}"
 
 
 def version_key(release: str) -> tuple:
