@@ -96,7 +96,8 @@ def test_control_a_second_root_and_a_second_catch_are_found(tmp_path):
                                    "class NotCovered(OverlayError):\n    pass\n")
     (pkg / "shapes.py").write_text("from pkg.errors import NotCovered\n\n\nclass Odd(ValueError):\n    pass\n\n\n"
                                    "class Late(Odd):\n    pass\n\n\n"
-                                   "def plan():\n    try:\n        pass\n    except (KeyError, NotCovered):\n        pass\n")
+                                   "def plan():\n    try:\n        pass\n"
+                                   "    except (KeyError, NotCovered):\n        pass\n")
     packages = {"pkg": tmp_path}
     assert exception_roots(packages) == {("pkg.errors", "OverlayError"): ["Exception"],
                                          ("pkg.shapes", "Odd"): ["ValueError"]}

@@ -30,3 +30,24 @@ def test_control_a_cycle_through_a_lazy_import_is_found(tmp_path):
     edges = import_graph.graph({"pkg": tmp_path})
     assert edges["pkg.c"] == {"pkg.a"} and edges["pkg.d"] == {"pkg.a"}
     assert import_graph.cycles(edges) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+#: the probe's modules that import the overlay, each only where the probe asked for it (the patched copy)
+PROBE_OVERLAY_IMPORTERS = {"harness.probe", "harness.cycle"}
+
+
+def test_the_probes_modules_import_nothing_of_the_overlay_but_where_it_asks():
+    """`python -m harness.probe` also runs where a test hides `replayssm_overlay` (stock behaviour,
+    tests/hooks/test_overlay_unimportable.py: minutes): the harness modules it loads import nothing of the
+    overlay, so that run cannot fail for an import the hidden package refuses."""
+    known = import_graph.modules()
+    loaded, todo = set(), ["harness.probe"]
+    while todo:
+        name = todo.pop()
+        if name not in loaded and name.startswith("harness"):
+            loaded.add(name)
+            todo += [target for target in import_graph.imports_of(known[name], name) if target in known]
+    importers = {name for name in loaded if any(target.startswith("replayssm_overlay")
+                                                for target in import_graph.imports_of(known[name], name))}
+    assert {"harness.cpu_redirects", "harness.gdn_kernels", "harness.recurrence"} <= loaded
+    assert importers == PROBE_OVERLAY_IMPORTERS
