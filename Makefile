@@ -13,7 +13,7 @@ include harness/harness.mk
 include docker/docker.mk
 include deploy/deploy.mk
 
-.PHONY: help setup setup-demo demo demo-json test status
+.PHONY: help setup setup-demo demo demo-json test test-fast status
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort -t: -k1,1 | awk -F':.*## ' \
 	  '{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > width) width = length($$1) } \
@@ -38,6 +38,14 @@ demo-json: setup-demo ## main job as JSON, only JSON on stdout (progress on stde
 
 test: setup ## run all tests: root, ~35 min on 2 cores (+16 first setup), Docker daemons, test hosts (README)
 	bash scripts/run-tests.sh
+
+# the units of the package, the patcher, the hooks and the smoke client, the release table and the repository's
+# structure: no root, no Docker, no network namespaces, no copies of SGLang probed in subprocesses (`probe`)
+FAST_TESTS = tests/structure tests/patcher tests/hooks tests/smoke tests/kernels tests/aot tests/releases \
+  tests/test_layout_imports.py tests/test_make_entry_points.py tests/test_benchmark_run.py
+test-fast: ## the unit tier, one pytest run: no root, Docker or test hosts; under 3 min on 2 cores (README)
+	@bash scripts/need-venv.sh $(PY) $@
+	PY=$(PY) bash scripts/run-tests.sh -q -m "not slow and not gpu and not probe" $(FAST_TESTS)
 
 status: ## ambiguous on purpose: says to use patch-status (SGLang's files) or fleet-status (the nodes)
 	@echo "make status: which one? make patch-status (is .venv's SGLang patched) or make fleet-status INVENTORY=... (what each node runs)" >&2

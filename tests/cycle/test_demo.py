@@ -7,6 +7,8 @@ import pytest
 
 from harness import demo, sandbox, verdict
 
+pytestmark = pytest.mark.probe  # harness.probe against copies of SGLang: not in make test-fast
+
 
 @pytest.fixture(scope="module")
 def reports():

@@ -12,6 +12,8 @@ from harness import pd_decode, release_trees, sandbox
 from harness.cycle import SCENARIOS
 from replayssm_overlay import protocol
 
+pytestmark = pytest.mark.probe  # harness.probe against copies of SGLang: not in make test-fast
+
 STOCK_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
 
 

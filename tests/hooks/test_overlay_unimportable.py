@@ -12,6 +12,8 @@ import pytest
 
 from harness import sandbox
 
+pytestmark = pytest.mark.probe  # harness.probe against copies of SGLang: not in make test-fast
+
 STOCK_CRASH = "AttributeError: 'NoneType' object has no attribute 'device'"
 
 

@@ -11,6 +11,8 @@ import pytest
 from harness import sandbox
 from harness.configurator_probe import CASES, matches
 
+pytestmark = pytest.mark.probe  # harness.probe against copies of SGLang: not in make test-fast
+
 
 @pytest.fixture(scope="module")
 def reports():

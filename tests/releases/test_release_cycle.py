@@ -1,4 +1,4 @@
-"""Stock and patched on each circular-ring release's real code (0.5.20 to 0.5.23), CPU, Triton interpreter.
+"""Stock and patched on each circular-ring release's real code (0.5.20 on), CPU, Triton interpreter.
 
 For every release a copy of its SGLang tree is made in a temporary directory; `harness.probe` runs in a
 subprocess importing the copy before the overlay is applied (stock) and after (patched):
@@ -23,6 +23,8 @@ from harness.configurator_probe import CASES, matches
 from harness.release_trees import OTHER_RELEASES
 from harness.ring_cycle import RING_ERROR_BOUND, RING_SCENARIOS
 from replayssm_overlay import protocol
+
+pytestmark = pytest.mark.probe  # harness.probe against copies of SGLang: not in make test-fast
 
 STOCK_CRASH = "'NoneType' object has no attribute 'device'"
 
