@@ -26,20 +26,22 @@ def module_file(root: pathlib.Path, name: str):
     return None
 
 
+def _statements(file: pathlib.Path, name: str):
+    """(module, names) for each import statement anywhere in `file` (module `name`), by absolute name:
+    `import a.b` gives ("a.b", ()), `from m import x, y` gives ("m", ("x", "y"))."""
+    package = name if file.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(file.read_text(), str(file))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, ()) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            yield ".".join(part for part in (base, node.module) if part), tuple(a.name for a in node.names)
+
+
 def imports_of(file: pathlib.Path, name: str) -> set:
     """Every module an import statement anywhere in `file` (module `name`) may load, by absolute name;
     `from m import x` gives both `m` and `m.x` (the caller keeps `m.x` where it is a module)."""
-    package = name if file.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(file.read_text(), str(file))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(part for part in (base, node.module) if part)
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-    return found
+    return {found for module, names in _statements(file, name) for found in (module, *(f"{module}.{n}" for n in names))}
 
 
 def modules(packages=None) -> dict:
@@ -59,16 +61,11 @@ def graph(packages=None) -> dict:
 
 
 def _named_modules(file: pathlib.Path, name: str, known) -> set:
-    package = name if file.name == "__init__.py" else name.rpartition(".")[0]
     named = set()
-    for node in ast.walk(ast.parse(file.read_text(), str(file))):
-        if isinstance(node, ast.Import):
-            named.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(part for part in (base, node.module) if part)
-            named.update(f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
-                         for alias in node.names)
+    for module, names in _statements(file, name):
+        named.update(f"{module}.{n}" if f"{module}.{n}" in known else module for n in names)
+        if not names:
+            named.add(module)
     return named & set(known)
 
 
