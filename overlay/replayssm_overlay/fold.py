@@ -82,12 +82,13 @@ def _cuda_kernels(artifacts):
         import torch
 
         kernels = artifacts.cuda_kernels()
-        kernels.loaded(torch.cuda.current_device())
+        _, why = covered(kernels.loaded, torch.cuda.current_device())  # the driver refused the binary
+    except Exception as err:  # nothing to load it with (no driver library, no CUDA device): SGLang's fold too
+        why = f"{type(err).__name__}: {err}"
+    if not why:
         return kernels, ""
-    except Exception as err:  # refused by the driver (NotCovered) or not loadable at all: SGLang's fold, said once
-        why = err.what if isinstance(err, OverlayError) else f"{type(err).__name__}: {err}"
-        logger.warning("ReplaySSM GDN fold: the CUDA commit kernel is not used (%s); SGLang's fold commits", why)
-        return None, f"it did not load: {why}"
+    logger.warning("ReplaySSM GDN fold: the CUDA commit kernel is not used (%s); SGLang's fold commits", why)
+    return None, f"it did not load: {why}"
 
 
 def chosen():
@@ -122,8 +123,8 @@ def kernel_source(kernels):
 def covered(step, *args) -> tuple:
     """(step(*args), "") or (None, why the overlay does not cover it): the one place an `errors.NotCovered`
     (raised before anything touched the state) is caught. Serving then runs SGLang's commit for that call
-    (`fold_accepted_prefix`), the fold choice falls back to SGLang's (`_decide`), the self-check reports
-    "not-covered" (`selfcheck.py`)."""
+    (`fold_accepted_prefix`), the fold choice falls back to SGLang's (`_decide`, `_cuda_kernels`), the
+    self-check reports "not-covered" (`selfcheck.py`)."""
     try:
         return step(*args), ""
     except NotCovered as err:
