@@ -367,24 +367,38 @@ def test_dead_new_container_stops_the_wait_at_once_and_keeps_its_log(fleet, save
     assert fleet.nodes[0].state(SERVICE)["current"]["image_id"] == v1.image_id
 
 
-# node3's local rsync (`ansible_rsync_path`): the real rsync, SIGKILLed as soon as node3's receiving side
-# holds part of the tarball, as when the connection dies mid-copy; then it waits (bounded) until the
-# receiver has kept what arrived (--partial, in .~tmp~/ under --delay-updates), and exits 12 as rsync does.
+# node3's local rsync (`ansible_rsync_path`): the real rsync, killed mid-file as when the connection dies
+# mid-copy. It passes on only the first `limit` bytes of the sender's stream (the tarball is gzip, so
+# compression does not shrink it), waits until the temporary file holds some of them and SIGKILLs rsync;
+# then it waits (bounded) until the receiver has kept what arrived (--partial, in .~tmp~/ under
+# --delay-updates), and exits 12 as rsync does. Merely slowing the copy raced it: rsync writes its temporary
+# file beside the tarball, not in .~tmp~/, and an 80 MB copy between namespaces ends in well under a second.
 DYING_RSYNC = """#!{python}
-import os, pathlib, subprocess, sys, time
-partial = pathlib.Path({partial_dir!r})
-copy = subprocess.Popen(["rsync", "--bwlimit=2000", *sys.argv[1:]])
-while copy.poll() is None:
-    if partial.is_dir() and any(p.stat().st_size for p in partial.iterdir() if p.is_file()):
-        copy.kill()
-        copy.wait()
-        deadline = time.monotonic() + 30
-        while not (partial / {name!r}).is_file() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pathlib.Path({marker!r}).write_text("\\n".join(sorted(map(str, partial.iterdir()))))
-        sys.exit(12)
+import os, pathlib, select, subprocess, sys, time
+stage = pathlib.Path({stage_dir!r})
+partial = stage / ".~tmp~" / {name!r}
+copy = subprocess.Popen(["rsync", *sys.argv[1:]], stdin=subprocess.PIPE)
+passed = 0
+while passed < {limit} and select.select([0], [], [], 10)[0]:
+    chunk = os.read(0, min(65536, {limit} - passed))
+    if not chunk:
+        break
+    copy.stdin.write(chunk)
+    copy.stdin.flush()
+    passed += len(chunk)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and not any(
+        p.stat().st_size for p in stage.rglob("*" + {name!r} + "*") if p.is_file()):
     time.sleep(0.05)
-sys.exit(copy.returncode)
+copy.kill()
+copy.wait()
+copy.stdin.close()
+deadline = time.monotonic() + 30
+while not partial.is_file() and time.monotonic() < deadline:
+    time.sleep(0.05)
+kept = sorted(map(str, partial.parent.iterdir())) if partial.parent.is_dir() else []
+pathlib.Path({marker!r}).write_text("\\n".join(kept))
+sys.exit(12)
 """
 
 
@@ -403,8 +417,9 @@ def test_failed_distribute_on_one_node_leaves_no_staged_tarball_anywhere(fleet, 
     before = _running(fleet)
     killed = tmp_path / "rsync-killed"
     dying = tmp_path / "dying-rsync"
-    dying.write_text(DYING_RSYNC.format(python=sys.executable, partial_dir=str(node3.root / "stage" / ".~tmp~"),
-                                        name=v2.tarball.name, marker=str(killed)))
+    dying.write_text(DYING_RSYNC.format(python=sys.executable, stage_dir=str(node3.root / "stage"),
+                                        name=v2.tarball.name, limit=v2.tarball.stat().st_size // 2,
+                                        marker=str(killed)))
     dying.chmod(0o755)
     inventory = write_inventory(fleet, tmp_path / "inv.json", v2,
                                 host_overrides={"node3": {"ansible_rsync_path": str(dying)}})
