@@ -70,6 +70,11 @@ REQUEST_FIELDS = frozenset({"text", "input_ids", "sampling_params", "rid", "retu
                             "top_logprobs_num", "return_text_in_logprobs", "return_prompt_token_ids", "stream"})
 SAMPLING_FIELDS = frozenset({"max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop",
                              "stop_token_ids"})
+# What sglang-router 0.3.2 writes into every /generate it forwards, with the values it writes (seen on the wire).
+# SGLang accepts them (all but `model` are GenerateReqInput fields; its endpoint ignores `model`); the double
+# accepts them at exactly these values, so a client that sets one still fails loudly.
+ROUTER_FIELDS = {"model": None, "log_metrics": True, "return_hidden_states": False, "background": False,
+                 "no_logs": False, "return_bytes": False, "return_entropy": False}
 
 
 # ----------------------------------------------------------------------------------------- the toy model
@@ -399,7 +404,7 @@ class BadRequest(Exception):
 
 
 def _check_fields(req: dict) -> None:
-    unknown = sorted(set(req) - REQUEST_FIELDS)
+    unknown = sorted(k for k in set(req) - REQUEST_FIELDS if k not in ROUTER_FIELDS or req[k] != ROUTER_FIELDS[k])
     params = req.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise BadRequest("sampling_params must be an object")

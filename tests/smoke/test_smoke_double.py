@@ -60,6 +60,8 @@ def test_request_fields_exist_in_the_release():
     module = _load_double()
     assert module.REQUEST_FIELDS <= _class_fields("srt/managers/io_struct.py", "GenerateReqInput")
     assert module.SAMPLING_FIELDS <= _class_fields("srt/sampling/sampling_params.py", "SamplingParams")
+    # what sglang-router adds to every /generate it forwards: the release's fields, and `model` (ignored)
+    assert set(module.ROUTER_FIELDS) - {"model"} <= _class_fields("srt/managers/io_struct.py", "GenerateReqInput")
 
 
 def test_generate_answer_uses_the_release_names(double):
@@ -104,6 +106,17 @@ def test_stock_sglang_command_line_is_accepted(double):
 def test_unknown_request_field_is_refused(double):
     with pytest.raises(urllib.error.HTTPError) as exc:
         _post(double() + "/generate", {"text": "x", "top_logprob_num": 2})
+    assert exc.value.code == 400
+
+
+def test_the_fields_the_router_adds_are_accepted_at_its_values_only(double):
+    url = double()
+    routed = {"text": "x", "sampling_params": {"max_new_tokens": 2}, "model": None, "log_metrics": True,
+              "return_hidden_states": False, "background": False, "no_logs": False, "return_bytes": False,
+              "return_entropy": False}  # as sglang-router 0.3.2 forwards a plain /generate
+    assert _post(url + "/generate", routed)["meta_info"]["completion_tokens"] == 2
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        _post(url + "/generate", {**routed, "return_hidden_states": True})
     assert exc.value.code == 400
 
 
