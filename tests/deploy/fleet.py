@@ -30,6 +30,7 @@ from pathlib import Path
 from tests.infra.dockerd import Dockerd, start_dockerd
 
 SSHD = "/usr/sbin/sshd"
+PRIVSEP_DIR = "/run/sshd"  # compiled into Debian's sshd
 SSH_READY_TIMEOUT_S = 20.0
 REGISTRY_PORT = 5000  # the test registry's port on the controller's bridge address (registry-mode tests)
 H100 = "NVIDIA H100 80GB HBM3, 9.0, 580.65.06"
@@ -110,6 +111,26 @@ class Node:
                                           "started": c["State"]["StartedAt"], "labels": c["Config"]["Labels"] or {}}
         return out
 
+    def start_sshd(self) -> None:
+        """Start the node's sshd in its namespace (the config _make_node wrote); `stop_sshd` undoes it. sshd
+        needs its privilege separation folder for every connection; it is shared by every sshd of the machine
+        (other fleets' too), so it is made here when missing and never removed."""
+        Path(PRIVSEP_DIR).mkdir(mode=0o755, exist_ok=True)
+        log = open(self.root / "ssh" / "sshd.log", "ab")
+        try:
+            self.sshd = subprocess.Popen(["nsenter", f"--net=/run/netns/{self.netns}", "--", SSHD, "-D", "-e", "-f",
+                                          str(self.root / "ssh" / "sshd_config")],
+                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        finally:
+            log.close()
+
+    def stop_sshd(self) -> None:
+        """Stop the node's sshd by its PID: the node is unreachable over SSH until `start_sshd`."""
+        if self.sshd is not None:
+            _terminate(self.sshd)
+            self.sshd = None
+
     def state(self, service: str) -> dict:
         path = self.state_dir / f"{service}.json"
         return json.loads(path.read_text()) if path.exists() else {}
@@ -125,7 +146,6 @@ class Fleet:
     controller_address: str
     nodes: list[Node] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
-    made_run_sshd: bool = False
 
     @property
     def key(self) -> Path:
@@ -135,6 +155,10 @@ class Fleet:
         """`cmd` run inside the controller namespace (where ansible-playbook runs)."""
         return ["nsenter", f"--net=/run/netns/{self.controller_ns}", "--", *cmd]
 
+    def wait_for_ssh(self, node: Node) -> None:
+        """Return once `node` answers SSH (after `start_fleet`, or after `node.start_sshd()`)."""
+        _wait_for_ssh(self, node)
+
     def stop(self) -> None:
         for node in self.nodes:
             if node.dockerd is not None:
@@ -142,14 +166,10 @@ class Fleet:
                     node.dockerd.docker("rm", "-f", cid, check=False, timeout=60)
                 node.dockerd.stop()
                 node.dockerd = None
-            if node.sshd is not None:
-                _terminate(node.sshd)
-                node.sshd = None
+            node.stop_sshd()
         for ns in reversed(self.namespaces):
             run("ip", "netns", "delete", ns, check=False)
         self.namespaces.clear()
-        if self.made_run_sshd:
-            shutil.rmtree("/run/sshd", ignore_errors=True)
 
 
 def start_fleet(root: Path, count: int = 3) -> Fleet:
@@ -161,9 +181,6 @@ def start_fleet(root: Path, count: int = 3) -> Fleet:
     try:
         _make_controller(fleet, f"{subnet}.1/24")
         run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(fleet.key))
-        if not Path("/run/sshd").exists():
-            Path("/run/sshd").mkdir(mode=0o755)
-            fleet.made_run_sshd = True
         for i in range(1, count + 1):
             node = Node(name=f"node{i}", netns=f"rso-{tag}-n{i}", address=f"{subnet}.{10 + i}",
                         root=fleet.root / f"node{i}")
@@ -227,13 +244,7 @@ def _make_node(fleet: Fleet, node: Node, index: int) -> None:
         "Subsystem sftp /usr/lib/openssh/sftp-server",
         "",
     ]))
-    log = open(ssh / "sshd.log", "ab")
-    try:
-        node.sshd = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "--", SSHD, "-D", "-e", "-f", str(conf)],
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
-    finally:
-        log.close()
+    node.start_sshd()
     node.dockerd = start_dockerd(node.root / "docker", netns=ns,
                                  insecure_registries=(f"{fleet.controller_address}:{REGISTRY_PORT}",))
 

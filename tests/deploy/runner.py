@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -72,14 +73,16 @@ def write_inventory(fleet: Fleet, path: Path, image, host_overrides: dict | None
     return path
 
 
-def ansible_playbook(fleet: Fleet, playbook: str, inventory: Path, *args: str, timeout: float = 600) -> Result:
-    """Run deploy/playbooks/<playbook> from the controller namespace; output goes to stdout too (pytest -s)."""
+def _playbook_command(fleet: Fleet, playbook: str, inventory: Path, args: tuple[str, ...]) -> tuple[list, dict]:
+    """The command line (inside the controller namespace) and environment of one ansible-playbook run."""
     env = dict(os.environ)
     env.update({
         "ANSIBLE_CONFIG": str(DEPLOY / "ansible.cfg"),
         # no SSH multiplexing: no mux process may outlive a play
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no -o UserKnownHostsFile=/dev/null",
         "ANSIBLE_HOST_KEY_CHECKING": "False",
+        # a loaded 2-core machine's sshd now and then resets a connection during key exchange
+        "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
         "ANSIBLE_LOCAL_TEMP": str(fleet.root / "ansible-local"),
@@ -89,11 +92,49 @@ def ansible_playbook(fleet: Fleet, playbook: str, inventory: Path, *args: str, t
     })
     cmd = fleet.netns_cmd(str(BIN / "ansible-playbook"), "-i", str(inventory),
                           str(DEPLOY / "playbooks" / playbook), *args)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=DEPLOY)
-    output = proc.stdout + proc.stderr
-    log = fleet.root / "ansible.log"
-    with log.open("a") as fh:
-        fh.write(f"\n===== {playbook} {' '.join(args)} (rc {proc.returncode})\n{output}")
+    return cmd, env
+
+
+def _result(fleet: Fleet, playbook: str, args: tuple[str, ...], rc: int, output: str) -> Result:
+    """Log the run in the fleet's ansible.log and parse its recap."""
+    with (fleet.root / "ansible.log").open("a") as fh:
+        fh.write(f"\n===== {playbook} {' '.join(args)} (rc {rc})\n{output}")
     recap = {m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored"),
                             map(int, m[1:]))) for m in RECAP.findall(output)}
-    return Result(rc=proc.returncode, output=output, recap=recap)
+    return Result(rc=rc, output=output, recap=recap)
+
+
+def ansible_playbook(fleet: Fleet, playbook: str, inventory: Path, *args: str, timeout: float = 600) -> Result:
+    """Run deploy/playbooks/<playbook> from the controller namespace; output goes to stdout too (pytest -s)."""
+    cmd, env = _playbook_command(fleet, playbook, inventory, args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=DEPLOY)
+    return _result(fleet, playbook, args, proc.returncode, proc.stdout + proc.stderr)
+
+
+class RunningPlaybook:
+    """An ansible-playbook run in the background (its own process group), to be waited for or killed
+    mid-run (the controller dying); its output goes to a file until then."""
+
+    def __init__(self, fleet: Fleet, playbook: str, inventory: Path, *args: str):
+        self.fleet, self.playbook, self.args = fleet, playbook, args
+        cmd, env = _playbook_command(fleet, playbook, inventory, args)
+        self.log = fleet.root / f"running-{os.getpid()}-{id(self)}.log"
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=DEPLOY, start_new_session=True)
+
+    def _finish(self) -> Result:
+        output = self.log.read_text(errors="replace")
+        self.log.unlink(missing_ok=True)
+        return _result(self.fleet, self.playbook, self.args, self.proc.returncode, output)
+
+    def wait(self, timeout: float = 600) -> Result:
+        self.proc.wait(timeout=timeout)
+        return self._finish()
+
+    def kill(self) -> Result:
+        """SIGKILL the whole run (ansible-playbook, its workers, its ssh clients: one process group)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        return self._finish()

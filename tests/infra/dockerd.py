@@ -13,6 +13,7 @@ API (used by `tests/docker/conftest.py` and the Ansible tests):
     d.host          # "unix:///tmp/dkr-xxxx/docker.sock", the DOCKER_HOST value
     d.pid           # the daemon's PID (stop it by this, never by name)
     d.kill(); d.start_again()   # a crash (SIGKILL) and the daemon coming back with the same data and socket
+    d.restart()     # a graceful restart (SIGTERM: it stops its containers), then start_again()
     d.env()         # os.environ + DOCKER_HOST + DOCKER_BUILDKIT=0, for subprocess calls
     d.docker("images", "-q")   # run the docker client against this daemon, CompletedProcess (text)
     d.stop()        # SIGTERM (then SIGKILL), unmount leftovers, remove every directory it created
@@ -103,6 +104,12 @@ class Dockerd:
         os.kill(self.pid, signal.SIGKILL)
         if self._proc is not None:
             self._proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def restart(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Restart the daemon as `systemctl restart docker` does: SIGTERM by its PID (it stops its containers
+        first), wait for it to exit, then `start_again` (restart policies start the containers again)."""
+        _terminate(self.pid, self._proc)
+        self.start_again(timeout)
 
     def start_again(self, timeout: float = READY_TIMEOUT_S, attempts: int = CONTAINERD_ATTEMPTS) -> None:
         """Start the daemon with its command line (same data, exec root, socket and containerd namespace)
