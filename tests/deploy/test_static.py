@@ -237,3 +237,13 @@ def test_make_deploy_runs_the_deploy_playbook_with_batches_and_limit():
     assert proc.stdout.split() == ["ANSIBLE_CONFIG=deploy/ansible.cfg", "ansible-playbook", "-i", "deploy/inventories/example", "--limit",
                                    "'gpu0*'", "-e", """'{"sglang_rollout_serial":""", """[1,"50%"]}'""",
                                    "deploy/playbooks/deploy.yml"]
+
+
+@pytest.mark.parametrize("serial", ["[0]", "[]", '["0%"]', "[1, -1]", '[1, "x"]', "0"])
+def test_a_batch_plan_without_a_canary_is_refused(serial):
+    """Ansible reads SERIAL='[0]' or '[]' as one batch of every node: the guard refuses them before any play."""
+    proc = _playbook(DEPLOY / "inventories" / "example", "rollout.yml", "-e", f'{{"sglang_rollout_serial": {serial}}}')
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert "the batch plan (SERIAL, sglang_rollout_serial) is" in flat and "no canary" in flat, proc.stdout[-2000:]
+    assert "PLAY [Roll out]" not in proc.stdout

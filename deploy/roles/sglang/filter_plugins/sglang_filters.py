@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 from ansible.errors import AnsibleFilterError
 
-# sglang_* variables the playbooks themselves read (not in any role's defaults)
-PLAYBOOK_VARIABLES = ("sglang_hosts", "sglang_rollout_serial")
+# sglang_* variables the playbooks themselves read or set (not in any role's defaults)
+PLAYBOOK_VARIABLES = ("sglang_hosts", "sglang_rollout_serial", "sglang_run_id")
 
 
 def sglang_flag_args(flags):
