@@ -153,12 +153,16 @@ def test_image_and_container_labels_share_one_namespace():
     assert {name for name in found if not name.startswith("org.replayssm.")} == set()
 
 
-def _filters():
-    path = DEPLOY / "roles" / "sglang" / "filter_plugins" / "sglang_filters.py"
-    spec = importlib.util.spec_from_file_location("sglang_filters", path)
+def _filter_plugin(role: str, name: str):
+    path = DEPLOY / "roles" / role / "filter_plugins" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _filters():
+    return _filter_plugin("sglang", "sglang_filters")
 
 
 def test_flag_mapping_renders_sglang_arguments():
@@ -175,13 +179,20 @@ def test_flag_mapping_renders_sglang_arguments():
 
 def test_status_table_fits_120_columns():
     f = _filters()
-    row = {"host": "h" * 16, "service": "s" * 16, "port": 30000, "running": True, "healthy": False,
-           "image_id": "sha256:" + "a" * 64, "deployed_at": "2026-12-01T09:00:00Z", "previous_image_id": "b" * 64}
-    lines = f.sglang_status_table([row, {**row, "previous_image_id": ""}]).splitlines()
-    assert lines[0].split() == ["HOST", "SERVICE", "PORT", "RUNNING", "HEALTHY", "IMAGE", "ID", "DEPLOYED", "PREVIOUS"]
-    assert lines[1].split() == ["h" * 16, "s" * 16, "30000", "yes", "no", "a" * 12, "2026-12-01T09:00:00Z", "b" * 12]
-    assert lines[2].split()[-1] == "-"
-    assert max(map(len, lines)) <= 120 - len("        ")  # the default callback indents a block by 8
+    row = {"host": "h" * 16, "service": "s" * 16, "port": 30000, "running": True, "healthy": False, "routed": "yes",
+           "image_id": "sha256:" + "a" * 64, "deployed_at": "2026-12-01T09:00:00Z", "previous_image_id": "b" * 64,
+           "notes": []}
+    lost = {"host": "g" * 16, "service": "s" * 16, "port": 30000, "notes": ["UNREACHABLE over SSH: timed out"]}
+    lines = f.sglang_status_table([row, {**row, "previous_image_id": "", "routed": "-"}, lost]).splitlines()
+    assert lines[0].split() == ["HOST", "SERVICE", "PORT", "RUNNING", "HEALTHY", "ROUTED", "IMAGE", "ID", "DEPLOYED",
+                                "PREVIOUS"]
+    assert lines[1].split() == ["h" * 16, "s" * 16, "30000", "yes", "no", "yes", "a" * 12, "2026-12-01T09:00:00Z",
+                                "b" * 12]
+    assert lines[2].split()[-1] == "-" and lines[2].split()[5] == "-"
+    # a node that could not be read is listed, marked, with "?" where nothing is known, and its note below
+    assert lines[3].split() == ["g" * 16, "*", "s" * 16, "30000", "?", "?", "-", "-", "-", "-"]
+    assert lines[4] == "* " + "g" * 16 + ": UNREACHABLE over SSH: timed out"
+    assert max(map(len, lines[:4])) <= 120 - len("        ")  # the default callback indents a block by 8
 
 
 def test_watch_table_fits_120_columns_and_says_what_it_does_not_know():
@@ -247,3 +258,33 @@ def test_a_batch_plan_without_a_canary_is_refused(serial):
     flat = " ".join(proc.stdout.split())
     assert "the batch plan (SERIAL, sglang_rollout_serial) is" in flat and "no canary" in flat, proc.stdout[-2000:]
     assert "PLAY [Roll out]" not in proc.stdout
+
+
+def _router_filters():
+    return _filter_plugin("sglang_router", "sglang_router_filters")
+
+
+def test_batches_are_ansibles():
+    f = _router_filters()
+    hosts = [f"n{i}" for i in range(1, 11)]
+    assert f.sglang_batches([1, "25%"], hosts) == [["n1"], ["n2", "n3"], ["n4", "n5"], ["n6", "n7"], ["n8", "n9"],
+                                                   ["n10"]]
+    assert f.sglang_batches(3, hosts[:4]) == [["n1", "n2", "n3"], ["n4"]]
+    assert f.sglang_batches([1, "1%"], hosts[:3]) == [["n1"], ["n2"], ["n3"]]  # a percentage is at least one
+
+
+def test_the_floor_counts_each_routers_healthy_workers():
+    f = _router_filters()
+    nodes = {h: {"router": "http://r", "worker_url": f"http://{h}:1", "floor": 2} for h in ("a", "b", "c", "d")}
+    nodes["d"] = {"router": "http://other", "worker_url": "http://d:1", "floor": 1}
+    listings = {"http://r": [{"url": "http://a:1", "is_healthy": True}, {"url": "http://b:1", "is_healthy": True},
+                             {"url": "http://c:1", "is_healthy": False}, {"url": "http://x:1", "is_healthy": True}],
+                "http://other": [{"url": "http://d:1", "is_healthy": True}]}
+    assert f.sglang_router_floor_problems([["a"], ["c"]], nodes, listings) == []
+    problems = f.sglang_router_floor_problems([["a", "b"], ["d"]], nodes, listings)
+    assert problems == [
+        "batch 1 (2 node(s): a, b) would take 2 of the 3 healthy workers of the router at http://r out at once, "
+        "leaving 1, below its floor sglang_router_min_healthy=2",
+        "batch 2 (1 node(s): d) would take 1 of the 1 healthy workers of the router at http://other out at once, "
+        "leaving 0, below its floor sglang_router_min_healthy=1"]
+    assert f.sglang_router_floor_problems([["a", "b"]], nodes, listings, False)[0].startswith("the batch (2 node(s)")

@@ -68,11 +68,16 @@ def _run_in_node(node, args: dict, tmp_path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _server(daemon, image, name: str, port: int) -> None:
-    """The stand-in server (the test double of SGLang) in a container on the node's network, restarted by policy."""
-    daemon.docker("rm", "-f", name, check=False)
-    daemon.docker("run", "-d", "--name", name, "--network", "host", "--restart", "unless-stopped", image.ref,
+def _serve(node, image, port: int, **args) -> dict:
+    """The stand-in server (the test double of SGLang) in a container NAME on `node`'s network, restarted by
+    its policy; returns the module's arguments for it (`args` override them)."""
+    daemon = node.dockerd
+    daemon.docker("load", "-i", str(image.tarball), timeout=300)
+    daemon.docker("rm", "-f", NAME, check=False)
+    daemon.docker("run", "-d", "--name", NAME, "--network", "host", "--restart", "unless-stopped", image.ref,
                   "python3", "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", str(port))
+    return {"urls": [f"http://127.0.0.1:{port}/health"], "retries": 30, "delay": 1, "timeout": 60,
+            "container": NAME, "docker_host": daemon.host, **args}
 
 
 def test_a_hung_server_is_given_up_on_within_the_budget(fleet, saved_images, tmp_path):
@@ -80,10 +85,7 @@ def test_a_hung_server_is_given_up_on_within_the_budget(fleet, saved_images, tmp
     the request timeout (60 s): a 3 x 1 s budget took minutes. A paused container is named at once."""
     node = fleet.nodes[0]
     daemon = node.dockerd
-    daemon.docker("load", "-i", str(saved_images["v1"].tarball), timeout=300)
-    _server(daemon, saved_images["v1"], NAME, 30999)
-    args = {"urls": ["http://127.0.0.1:30999/health"], "retries": 30, "delay": 1, "timeout": 60,
-            "container": NAME, "docker_host": daemon.host}
+    args = _serve(node, saved_images["v1"], 30999)
     try:
         ready = json.loads(_run_in_node(node, args, tmp_path).communicate(timeout=120)[0])
         assert ready.get("healthy"), ready
@@ -111,10 +113,7 @@ def test_a_docker_daemon_restart_during_the_wait_is_named(fleet, saved_images, t
     read "container exited with code 0" (or went unnoticed once the policy had started it again)."""
     node = fleet.nodes[1]
     daemon = node.dockerd
-    daemon.docker("load", "-i", str(saved_images["v1"].tarball), timeout=300)
-    _server(daemon, saved_images["v1"], NAME, 30998)
-    args = {"urls": ["http://127.0.0.1:9/health"], "retries": 60, "delay": 1, "timeout": 5,
-            "container": NAME, "docker_host": daemon.host}
+    args = _serve(node, saved_images["v1"], 30998, urls=["http://127.0.0.1:9/health"], retries=60, timeout=5)
     wait = _run_in_node(node, args, tmp_path)
     try:
         time.sleep(3)  # polling

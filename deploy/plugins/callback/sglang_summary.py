@@ -9,7 +9,8 @@ this callback (enabled in deploy/ansible.cfg next to the default stdout callback
     == summary of "Roll back": node1 rso:v2 -> rso:v1 (ok); node3 NOT DONE (not reached: an earlier batch failed)
 
 A play's summary names every node of the play that did not end its action well, so a stopped rollback
-says which nodes are not on their previous image.
+says which nodes are not on their previous image. A node lost in the middle of its action (SSH or the
+node gone) says so, with Ansible's reason, instead of a bare FAILED.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ requirements:
   - enabled in ansible.cfg (callbacks_enabled = sglang_summary)
 """
 
-GOOD = ("ok", "up to date", "finished earlier")
+GOOD = ("ok", "up to date", "finished earlier", "restarted")
+# outcomes that start so are good too: a rollback that undid an interrupted switch with a healthy container
+# back, and a node a rollback leaves alone because the last run did not switch it
+GOOD_PREFIXES = ("undid an interrupted switch", "left alone")
 
 
 class CallbackModule(CallbackBase):
@@ -47,7 +51,7 @@ class CallbackModule(CallbackBase):
         self._batches = 0
         self._batch_hosts: list[str] = []
         self._failed: set[str] = set()
-        self._plays: list[dict] = []  # {name, hosts, reports}, in order
+        self._plays: list[dict] = []  # {name, hosts, reports, lost: host -> why it was unreachable}, in order
 
     # -- collection ------------------------------------------------------------------------------
     def _seen(self, result, failed=False):
@@ -67,22 +71,31 @@ class CallbackModule(CallbackBase):
         self._seen(result, failed=not ignore_errors)
 
     def v2_runner_on_unreachable(self, result):
-        self._seen(result, failed=True)
+        if not result._task_fields.get("ignore_unreachable") and self._plays:
+            why = " ".join(str(result._result.get("msg", "")).split())[:300]
+            self._plays[-1]["lost"][result._host.get_name()] = why
+        self._seen(result, failed=not result._task_fields.get("ignore_unreachable"))
 
     def v2_runner_on_skipped(self, result):
         self._seen(result)
 
     # -- output ----------------------------------------------------------------------------------
-    def _line(self, report, host):
+    def _line(self, report, host, lost):
         failed = host in self._failed and report.get("outcome") in ("switching", "failed", None)
-        outcome = "FAILED" if failed else report.get("outcome", "?")
+        outcome = report.get("outcome", "?")
+        if host in lost:
+            outcome = (f"LOST mid-{report.get('action', 'switch')} at '{report.get('outcome', '?')}': "
+                       f"{lost[host]}; its journals name what to put back: rerun make deploy or make rollback "
+                       f"once it is reachable")
+        elif failed:
+            outcome = "FAILED"
         return f"{host} {report.get('from', '?')} -> {report.get('to', '?')} ({outcome})"
 
     def _done(self, host, report):
-        """True when the node ended its action well: switched, up to date, rolled back."""
+        """True when the node ended its action well: switched, up to date, rolled back, left alone."""
         outcome = str(report.get("outcome", ""))
         return host not in self._failed and (outcome in GOOD or (
-            report.get("action") == "rollback" and outcome.startswith("restored") and "NOT healthy" not in outcome))
+            outcome.startswith(GOOD_PREFIXES) and "NOT healthy" not in outcome))
 
     def _end_batch(self):
         if self._play is None or not self._plays:
@@ -90,7 +103,7 @@ class CallbackModule(CallbackBase):
         reports = self._plays[-1]["reports"]
         hosts = [h for h in self._batch_hosts if h in reports]
         if hosts:
-            lines = "; ".join(self._line(reports[h], h) for h in hosts)
+            lines = "; ".join(self._line(reports[h], h, self._plays[-1]["lost"]) for h in hosts)
             self._display.display(f'== batch {self._batches} of "{self._play}": {lines}')
         self._batch_hosts = []
 
@@ -117,7 +130,7 @@ class CallbackModule(CallbackBase):
             return
         self._end_play()
         self._play, self._play_start, self._batches = name, time.monotonic(), 1
-        self._plays.append({"name": name, "hosts": self._play_hosts(play), "reports": {}})
+        self._plays.append({"name": name, "hosts": self._play_hosts(play), "reports": {}, "lost": {}})
 
     def v2_playbook_on_stats(self, stats):
         self._end_batch()
@@ -130,10 +143,11 @@ class CallbackModule(CallbackBase):
             for host in hosts:
                 report = play["reports"].get(host)
                 if report is None:
-                    lines.append(f"{host} NOT DONE (not reached: an earlier batch failed)")
+                    lines.append(f"{host} NOT DONE (" + (f"LOST: {play['lost'][host]}" if host in play["lost"]
+                                                         else "not reached: an earlier batch failed") + ")")
                     not_done.append(host)
                     continue
-                lines.append(self._line(report, host))
+                lines.append(self._line(report, host, play["lost"]))
                 if not self._done(host, report):
                     not_done.append(host)
             self._display.display(f'== summary of "{play["name"]}":')

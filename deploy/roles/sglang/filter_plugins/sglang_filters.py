@@ -74,31 +74,34 @@ def sglang_image_name(ref):
     return ref
 
 
-STATUS_FORMAT = "%-16s %-16s %-6s %-7s %-7s %-12s %-20s %s"
-STATUS_HEADER = ("HOST", "SERVICE", "PORT", "RUNNING", "HEALTHY", "IMAGE ID", "DEPLOYED", "PREVIOUS")
+STATUS_FORMAT = "%-18s %-16s %-6s %-7s %-7s %-6s %-12s %-20s %s"
+STATUS_HEADER = ("HOST", "SERVICE", "PORT", "RUNNING", "HEALTHY", "ROUTED", "IMAGE ID", "DEPLOYED", "PREVIOUS")
 
 
 def sglang_status_table(rows):
-    """The status table (header + one line per node) as one string: printed as a block, never re-wrapped,
-    and under 120 columns for host and service names of up to 16 characters."""
-    return "\n".join([STATUS_FORMAT % STATUS_HEADER] + [sglang_status_line(row) for row in rows])
+    """The status table (header + one line per node, a node with notes marked `*`) and the notes below it,
+    as one string: printed as a block, never re-wrapped, the table under 120 columns for host and service
+    names of up to 16 characters."""
+    notes = [f"* {row.get('host', '?')}: {note}" for row in rows for note in row.get("notes") or []]
+    return "\n".join([STATUS_FORMAT % STATUS_HEADER] + [sglang_status_line(row) for row in rows] + notes)
 
 
 def sglang_status_line(row):
-    """Return one table line for a node's status row (see roles/sglang_status)."""
+    """Return one table line for a node's status row (see roles/sglang_status); "?" where it could not be read."""
 
     def short(image_id):
         return (image_id or "-").replace("sha256:", "")[:12] or "-"
 
     def yes(value):
-        return "yes" if str(value).lower() == "true" else "no"
+        return "?" if value is None else "yes" if str(value).lower() == "true" else "no"
 
     return STATUS_FORMAT % (
-        row.get("host", "?"),
+        row.get("host", "?") + (" *" if row.get("notes") else ""),
         row.get("service", "?"),
         row.get("port", "?"),
         yes(row.get("running")),
         yes(row.get("healthy")),
+        row.get("routed") or "-",
         short(row.get("image_id")),
         row.get("deployed_at") or "-",
         short(row.get("previous_image_id")),

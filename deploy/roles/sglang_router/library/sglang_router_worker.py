@@ -1,0 +1,185 @@
+#!/usr/bin/python
+"""List the workers of an sglang-router, take one out of it or put one back, and wait until the router shows it.
+
+Why a module: sglang-router 0.3.2 answers `POST /workers` and `DELETE /workers/{id}` with 202 and does the
+work in a background job, so "removed" and "added" mean polling `GET /workers` until the URL is gone, or
+listed and healthy; a `uri` task with `until` would print every poll and could not name the router's job
+status on a timeout. Runs on the controller (the router is the operator's; the controller reaches it),
+standard library only. Every request is bounded by what is left of `timeout`.
+
+Facts it relies on (sglang-router 0.3.2, checked against the wheel): `GET /workers` answers
+`{"workers": [{"id", "url", "is_healthy", "load", ...}], "total", ...}`; `DELETE /workers/{id}` answers 202
+(404 `WORKER_NOT_FOUND` for an unknown ID); `POST /workers` with `{"url": ...}` answers 202 with
+`worker_id` (the same ID for a URL it already has); `GET /workers/{id}` shows `job_status` while the job runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: sglang_router_worker
+short_description: List, remove or add a worker of an sglang-router and wait until the router shows it
+description:
+  - C(state=listed) reads the router's workers. C(state=absent) removes I(worker_url) and waits until the
+    router no longer lists it. C(state=present) adds I(worker_url) and waits until the router lists it healthy.
+options:
+  router_url: {description: Base URL of the router (no path), type: str, required: true}
+  worker_url: {description: The worker's URL as the router lists it (absent/present), type: str, default: ""}
+  state: {description: listed, absent or present, type: str, default: listed, choices: [listed, absent, present]}
+  timeout: {description: Seconds the router gets to show the change, type: float, default: 60}
+  poll_interval: {description: Seconds between polls of GET /workers, type: float, default: 1}
+author: sglang-replayssm-overlay
+"""
+
+EXAMPLES = r"""
+- name: Take the node out of the router
+  sglang_router_worker:
+    router_url: http://router.internal:30000
+    worker_url: http://10.0.0.11:30000
+    state: absent
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+workers: {description: the router's workers after the change (url, id, is_healthy, load), type: list, returned: always}
+worker: {description: the worker_url's entry, or null when the router does not list it, type: dict, returned: always}
+waited_s: {description: seconds spent waiting for the router, type: float, returned: always}
+"""
+
+REQUEST_TIMEOUT_S = 10.0
+
+
+class RouterError(Exception):
+    """The router did not answer as sglang-router's worker API does; the message says what to fix."""
+
+
+def _norm(url: str) -> str:
+    return url.strip().rstrip("/")
+
+
+class Router:
+    """The worker API of one router; every request ends by `deadline` (time.monotonic())."""
+
+    def __init__(self, base: str, deadline: float):
+        self.base = _norm(base)
+        self.deadline = deadline
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if data else {})
+        timeout = max(1.0, min(REQUEST_TIMEOUT_S, self.deadline - time.monotonic()))
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as reply:
+                status, raw = reply.status, reply.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise RouterError(f"the router at {self.base} does not answer {method} {path} ({reason}); check "
+                              f"sglang_router_url and that the router runs and is reachable from the controller")
+        try:
+            return status, json.loads(raw or b"null")
+        except ValueError:
+            return status, raw[:200].decode(errors="replace")
+
+    def workers(self) -> list[dict]:
+        status, body = self._request("GET", "/workers")
+        if status != 200 or not isinstance(body, dict) or not isinstance(body.get("workers"), list):
+            raise RouterError(f"{self.base} answered GET /workers with HTTP {status} ({str(body)[:200]}), not "
+                              f"sglang-router's worker list; sglang_router_url must be the router's base URL "
+                              f"(scheme, host and port, no path), e.g. http://router:30000")
+        return [{"url": _norm(str(w.get("url", ""))), "id": w.get("id"), "is_healthy": bool(w.get("is_healthy")),
+                 "load": w.get("load")} for w in body["workers"]]
+
+    def find(self, worker_url: str) -> dict | None:
+        return next((w for w in self.workers() if w["url"] == _norm(worker_url)), None)
+
+    def remove(self, worker: dict) -> None:
+        status, body = self._request("DELETE", f"/workers/{worker['id']}")
+        if status not in (200, 202, 204, 404):
+            raise RouterError(f"the router at {self.base} refused to remove {worker['url']}: DELETE "
+                              f"/workers/{worker['id']} answered HTTP {status} ({str(body)[:200]})")
+
+    def add(self, worker_url: str) -> str | None:
+        status, body = self._request("POST", "/workers", {"url": _norm(worker_url)})
+        if status not in (200, 201, 202):
+            raise RouterError(f"the router at {self.base} refused to add {worker_url}: POST /workers answered "
+                              f"HTTP {status} ({str(body)[:200]})")
+        return body.get("worker_id") if isinstance(body, dict) else None
+
+    def job(self, worker_id: str | None) -> str:
+        """What the router says about a worker's background job, for a timeout message."""
+        if not worker_id:
+            return "no job ID was returned"
+        try:
+            _, body = self._request("GET", f"/workers/{worker_id}")
+        except RouterError as exc:
+            return str(exc)
+        job = body.get("job_status") if isinstance(body, dict) else None
+        if isinstance(job, dict):
+            return f"its {job.get('job_type', 'job')} is {job.get('status')} ({job.get('message') or 'no message'})"
+        return f"GET /workers/{worker_id} shows is_healthy={body.get('is_healthy') if isinstance(body, dict) else '?'}"
+
+
+def _wait(router: Router, worker_url: str, done, poll: float) -> tuple[bool, dict | None]:
+    """Poll until done(entry) is true or the deadline passes; return (done, last entry)."""
+    while True:
+        entry = router.find(worker_url)
+        if done(entry):
+            return True, entry
+        if time.monotonic() + poll > router.deadline:
+            return False, entry
+        time.sleep(poll)
+
+
+def run(params: dict) -> dict:
+    """The module's work, without Ansible: raises RouterError with the message to fail with."""
+    start = time.monotonic()
+    router = Router(params["router_url"], start + params["timeout"])
+    state, worker_url = params["state"], params["worker_url"]
+    if state != "listed" and not worker_url:
+        raise RouterError(f"state={state} needs worker_url")
+    entry = router.find(worker_url) if worker_url else None
+    changed = False
+    if state == "absent" and entry is not None:
+        router.remove(entry)
+        changed = True
+        ok, entry = _wait(router, worker_url, lambda e: e is None, params["poll_interval"])
+        if not ok:
+            raise RouterError(f"the router at {router.base} still lists {worker_url} {params['timeout']:.0f} s after "
+                              f"DELETE /workers/{entry['id']}; {router.job(entry['id'])}")
+    elif state == "present" and not (entry and entry["is_healthy"]):
+        worker_id = entry["id"] if entry else router.add(worker_url)
+        changed = entry is None
+        ok, entry = _wait(router, worker_url, lambda e: bool(e and e["is_healthy"]), params["poll_interval"])
+        if not ok:
+            shown = "lists it as unhealthy" if entry else "does not list it"
+            raise RouterError(f"the router at {router.base} {shown} {params['timeout']:.0f} s after it was asked to "
+                              f"add {worker_url}; {router.job(worker_id)}")
+    return {"changed": changed, "worker": entry, "workers": router.workers(),
+            "waited_s": round(time.monotonic() - start, 1)}
+
+
+def main():
+    module = AnsibleModule(argument_spec={
+        "router_url": {"type": "str", "required": True},
+        "worker_url": {"type": "str", "default": ""},
+        "state": {"type": "str", "default": "listed", "choices": ["listed", "absent", "present"]},
+        "timeout": {"type": "float", "default": 60.0},
+        "poll_interval": {"type": "float", "default": 1.0},
+    }, supports_check_mode=False)
+    try:
+        module.exit_json(**run(module.params))
+    except RouterError as exc:
+        module.fail_json(msg=str(exc), worker=None, workers=[])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The real sglang-router (PyPI, 0.3.2) in front of the test fleet, started in the controller's namespace.
+
+The rollout's router mode talks to the operator's router; the tests run the real one (the Rust gateway in
+the `sglang-router` wheel, `python -m sglang_router.launch_router`) on the controller's bridge address with
+the fleet's nodes as workers, short health-check intervals, and its retries turned off by default: with
+retries (its default) a request cut by a stopped worker is re-run on another one, so a plain swap's cut
+requests would show only as latency; without them every request a switch cuts or sends to a stopped node
+counts as failed, which is what the tests assert on. Started and stopped by PID; its log is kept in the
+fleet's folder. Nothing here ships; it lives under tests/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.deploy.fleet import Fleet
+
+# What the routed fleet's servers run with (the test double's knobs, through the container's environment):
+# every /generate takes 0.5 s (so a load always has requests in flight), 20 ms per forward pass (so a long
+# request can be made on purpose), /metrics on.
+ROUTED_ENV = {"SGLANG_DOUBLE_ARGS": "--request-seconds 0.5 --step-ms 20 --enable-metrics"}
+ROUTER_PORT = 30100  # on the controller's bridge address, a namespace of the test's own
+# The router's own health checks (default: every 60 s, 3 failures to mark a worker unhealthy) are what a
+# plain swap leans on; 5 s keeps the tests short and still leaves a stopped node routed for ~15 s.
+HEALTH_INTERVAL_S = 5
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Router:
+    """A running sglang-router: its URL (reachable from the controller namespace only) and process."""
+
+    fleet: Fleet
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def _call(self, method: str, path: str, body: dict | None = None, timeout: float = 10.0):
+        """One request from inside the controller namespace (curl there; this process is outside it)."""
+        cmd = ["curl", "-sS", "-m", str(timeout), "-X", method, "-o", "-", "-w", "\n%{http_code}", self.url + path]
+        if body is not None:
+            cmd += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+        proc = subprocess.run(self.fleet.netns_cmd(*cmd), capture_output=True, text=True, timeout=timeout + 5)
+        text, _, status = proc.stdout.rpartition("\n")
+        return int(status or 0), (json.loads(text) if text.strip().startswith(("{", "[")) else text)
+
+    def workers(self) -> dict[str, dict]:
+        """worker URL -> {id, is_healthy, load} as GET /workers lists them."""
+        status, body = self._call("GET", "/workers")
+        if status != 200:
+            raise ConnectionError(f"the router at {self.url} answered GET /workers with {status}: {body}")
+        return {w["url"]: w for w in body["workers"]}
+
+    def healthy_urls(self) -> set[str]:
+        return {url for url, w in self.workers().items() if w["is_healthy"]}
+
+    def remove(self, url: str) -> None:
+        worker = self.workers().get(url)
+        if worker is not None:
+            self._call("DELETE", f"/workers/{worker['id']}")
+
+    def add(self, url: str) -> None:
+        self._call("POST", "/workers", {"url": url})
+
+    def wait_for(self, urls: set[str], timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until the router lists exactly `urls`, all healthy."""
+        deadline = time.monotonic() + timeout
+        seen: dict | str = {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the router exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
+            try:
+                seen = self.workers()
+            except ConnectionError as exc:  # still starting
+                seen = str(exc)
+            if isinstance(seen, dict) and set(seen) == urls and all(w["is_healthy"] for w in seen.values()):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"the router lists {seen} after {timeout} s, not exactly {sorted(urls)} healthy")
+
+    def reset(self, urls: set[str]) -> None:
+        """Make the router list exactly `urls` (each must serve), all healthy."""
+        for url in set(self.workers()) - urls:
+            self.remove(url)
+        for url in urls - set(self.workers()):
+            self.add(url)
+        self.wait_for(urls)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def start_router(fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT) -> Router:
+    """Start sglang-router on the controller's bridge address with these workers; wait until it lists them
+    all healthy. Its Prometheus port is the next one."""
+    url = f"http://{fleet.controller_address}:{port}"
+    log = fleet.root / f"router-{port}.log"
+    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--host", fleet.controller_address,
+           "--port", str(port), "--policy", "round_robin", "--worker-urls", *worker_urls,
+           "--health-check-interval-secs", str(HEALTH_INTERVAL_S), "--worker-startup-check-interval", "1",
+           "--prometheus-host", fleet.controller_address,
+           "--prometheus-port", str(port + 1), "--log-level", "warn"]
+    if not retries:
+        cmd.append("--disable-retries")
+    with log.open("ab") as out:
+        proc = subprocess.Popen(fleet.netns_cmd(*cmd), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    router = Router(fleet=fleet, url=url, proc=proc, log=log)
+    try:
+        router.wait_for(set(worker_urls))
+    except BaseException:
+        router.stop()
+        raise
+    return router

@@ -1,0 +1,451 @@
+"""The rollout behind SGLang's own router, for real: sglang-router 0.3.2 (tests/deploy/router.py) in the
+controller's namespace in front of the three test nodes, a bounded load (tests/deploy/loadgen.py) through it,
+and real ansible-playbook runs with `sglang_router_url` set.
+
+One fleet and one router for the module, in file order, each test leaving every node serving and the
+router listing exactly the fleet: a full rollout, a canary whose smoke gate fails, a run killed mid-drain
+and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback after it, the control
+(a plain swap, which must lose requests), the router's bad inputs, a drain that does not end, a router that stops answering before
+it takes the node back, a hung node, and a node lost mid-switch. The router's retries are off (see
+router.py), so every request a switch cut or sent to a stopped node would count as failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
+from tests.deploy.router import ROUTED_ENV, Router, start_router
+from tests.deploy.runner import RunningPlaybook, ansible_playbook, write_inventory
+
+pytestmark = pytest.mark.slow
+
+SERVICE = "sglang-test"
+HOLD_TOKENS = 300  # a direct request of about 2 s (20 ms per forward pass); two at a time are always in flight
+
+
+def _urls(fleet) -> set[str]:
+    return {f"http://{node.address}:30000" for node in fleet.nodes}
+
+
+def _containers(fleet) -> dict[str, dict]:
+    return {node.name: node.containers().get(SERVICE) for node in fleet.nodes}
+
+
+@dataclass
+class Routed:
+    """The module's fleet, router and images, and what the tests do with them."""
+
+    fleet: object
+    router: Router
+    root: Path
+    images: dict
+
+    def inventory(self, name: str, image: str, host_overrides: dict | None = None, router: bool = True,
+                  **overrides) -> Path:
+        """An inventory of the fleet for `image` (v1 or v2), with the router unless `router` is false."""
+        extra = {"sglang_router_url": self.router.url, "sglang_router_timeout": 20,
+                 "sglang_router_poll_interval": 0.5} if router else {}
+        return write_inventory(self.fleet, self.root / f"{name}.json", self.images[image],
+                               host_overrides=host_overrides, sglang_env=ROUTED_ENV, **{**extra, **overrides})
+
+    def load(self, name: str) -> Background:
+        return Background(self.fleet, self.router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, self.root / f"{name}.load.json")
+
+    def under_load(self, name: str, playbook: str, inventory: Path, *args: str):
+        """One playbook run with the load through the router from before it starts until it ends:
+        (its Result, the load's report)."""
+        load = self.load(name)
+        try:
+            result = ansible_playbook(self.fleet, playbook, inventory, *args)
+        finally:
+            report = load.result()
+        return result, report
+
+    def hold(self, node, name: str) -> Background:
+        """Requests straight to `node`, not through the router (a client that bypasses it), two of about 2 s
+        at a time: while this runs, the node always has one in flight, so its drain cannot end."""
+        return Background(self.fleet, f"http://{node.address}:30000", 1000, 2, self.root / f"{name}.hold.json",
+                          max_new_tokens=HOLD_TOKENS)
+
+    def status(self, name: str) -> dict[str, dict]:
+        """make fleet-status as JSON rows by host (and the table, under "__output__")."""
+        report = self.root / f"{name}.status.json"
+        result = ansible_playbook(self.fleet, "status.yml", self.inventory(name, "v1"), "-e",
+                                  f"sglang_status_json={report}")
+        assert result.rc == 0, result.output[-4000:]
+        rows = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}
+        rows["__output__"] = result.output
+        return rows
+
+
+@pytest.fixture(scope="module")
+def routed(fleet, saved_images, tmp_path_factory):
+    """Every node serving (v1 where the earlier tests left none) and holding v1 and v2, and the router in
+    front of all three. The first test's rollout switches them to ROUTED_ENV."""
+    root = tmp_path_factory.mktemp("routed")
+    for version in ("v1", "v2"):
+        inventory = write_inventory(fleet, root / f"setup-{version}.json", saved_images[version])
+        serving = all((c or {}).get("running") for c in _containers(fleet).values())
+        result = ansible_playbook(fleet, "distribute.yml" if serving or version == "v2" else "deploy.yml", inventory)
+        assert result.rc == 0, result.output[-4000:]
+    router = start_router(fleet, sorted(_urls(fleet)))
+    try:
+        yield Routed(fleet=fleet, router=router, root=root, images=saved_images)
+    finally:
+        router.stop()
+
+
+@pytest.fixture(autouse=True)
+def router_lists_the_fleet(routed):
+    """Each test starts (and must end) with the router listing exactly the fleet, all healthy."""
+    routed.router.reset(_urls(routed.fleet))
+    yield
+    routed.router.wait_for(_urls(routed.fleet))
+
+
+def _no_journals(fleet) -> list[str]:
+    return [p.name for node in fleet.nodes for p in node.state_dir.glob(f"{SERVICE}.*.json")]
+
+
+def _watch(condition, action, done: threading.Event, poll: float = 0.2) -> threading.Thread:
+    """Run `action` once `condition()` holds (checked every `poll` s until `done`), in a thread."""
+    fired = threading.Event()
+
+    def loop():
+        while not done.is_set():
+            if condition():
+                action()
+                fired.set()
+                return
+            time.sleep(poll)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.fired = fired
+    thread.start()
+    return thread
+
+
+def _runs(routed, **images: str) -> None:
+    """Check what the earlier tests left: node name -> the image (v1, v2) its service container runs."""
+    running = {name: (c or {}).get("image") for name, c in _containers(routed.fleet).items()}
+    assert {name: running[name] for name in images} == {
+        name: routed.images[v].image_id for name, v in images.items()}, "the earlier tests left another state"
+
+
+def _kill_when(run: RunningPlaybook, condition, timeout: float = 600):
+    """Kill the run (the controller dying) as soon as `condition()` holds; (its result, whether it held)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and run.proc.poll() is None:
+        if condition():
+            return run.kill(), True
+        time.sleep(0.2)
+    return run.kill(), False
+
+
+def _runs_image(node, image_id: str) -> bool:
+    proc = node.dockerd.docker("inspect", "--format", "{{.Image}} {{.State.Running}}", SERVICE, check=False)
+    return proc.stdout.split() == [image_id, "true"]
+
+
+# ------------------------------------------------------------------------------------------------ rollouts
+def test_rollout_through_the_router_loses_no_request(routed):
+    fleet, v2 = routed.fleet, routed.images["v2"]
+    result, report = routed.under_load("rollout", "rollout.yml", routed.inventory("rollout", "v2"))
+    assert result.rc == 0, result.output[-4000:]
+    assert report["failed"] == 0, report["failures"]
+    assert report["requests"] > 100
+    for node in fleet.nodes:
+        container = node.containers()[SERVICE]
+        assert container["image"] == v2.image_id and container["running"]
+    # per node: out of the router, drained, stopped, started, gated on the node, back in the router
+    canary = result.output[:result.output.index('== batch 1 of "Roll out"')]
+    order = ["Take the node out of the router", "Let the requests in flight finish", "Stop the running container",
+             "Start the new container", "Wait for /health and /health_generate", "Generate a few greedy tokens",
+             "Add the node to the router and wait until it is healthy there"]
+    positions = [canary.index(f"{task}]") for task in order]
+    assert positions == sorted(positions)
+    assert _no_journals(fleet) == []
+
+
+def _gate_script(path: Path, record: Path) -> str:
+    """A smoke gate that records the new container's /generate count (its Prometheus counter) and fails."""
+    path.write_text(
+        "import sys, urllib.request\n"
+        "text = urllib.request.urlopen(sys.argv[1] + '/metrics', timeout=10).read().decode()\n"
+        "count = [l for l in text.splitlines() if l.startswith('sglang:prompt_tokens_total')]\n"
+        f"open({str(record)!r}, 'w').write(count[0].rsplit(' ', 1)[1] if count else 'missing')\n"
+        "sys.exit(1)\n")
+    return f"{sys.executable} {path} {{url}}"
+
+
+def test_a_canary_that_fails_its_gate_never_gets_routed_traffic(routed, tmp_path):
+    _runs(routed, node1="v2", node2="v2", node3="v2")
+    fleet = routed.fleet
+    before = _containers(fleet)
+    record = tmp_path / "canary-prompt-tokens"
+    inventory = routed.inventory("canary", "v1", sglang_smoke_mode="command",
+                                 sglang_smoke_command=_gate_script(tmp_path / "gate.py", record))
+    result, report = routed.under_load("canary", "rollout.yml", inventory)
+    assert result.rc != 0
+    assert "node1: the new container failed (Run the smoke command against the server" in result.output
+    assert report["failed"] == 0, report["failures"]
+    # the canary's new container had served no /generate when its gate ran: no routed request reached it
+    assert float(record.read_text()) == 0.0
+    after = _containers(fleet)
+    assert after["node1"]["id"] == before["node1"]["id"] and after["node1"]["running"]
+    assert after["node2"] == before["node2"] and after["node3"] == before["node3"]
+    failed = fleet.nodes[0].containers()[SERVICE + "-failed"]
+    assert failed["image"] == routed.images["v1"].image_id and not failed["running"]
+    assert routed.router.healthy_urls() == _urls(fleet)
+    assert _no_journals(fleet) == []
+
+
+def test_a_run_killed_mid_drain_is_put_back_by_the_next_run(routed):
+    """The controller dies while node2 drains (a client that bypasses the router keeps it busy): node2 is
+    out of the router, its router journal says so; the rerun puts it back, then switches it and the rest."""
+    _runs(routed, node1="v2", node2="v2", node3="v2")
+    fleet, v1 = routed.fleet, routed.images["v1"]
+    node2 = fleet.nodes[1]
+    url2 = f"http://{node2.address}:30000"
+    load = routed.load("mid-drain")
+    hold = routed.hold(node2, "mid-drain")
+    try:
+        run = RunningPlaybook(fleet, "rollout.yml", routed.inventory("mid-drain", "v1"))
+        killed, fired = _kill_when(run, lambda: url2 not in routed.router.workers())
+        assert fired, killed.output[-3000:]
+        time.sleep(1)
+        assert _containers(fleet)["node2"]["image"] == routed.images["v2"].image_id  # draining, not stopped
+        held = hold.result()  # the direct client goes away; what it had in flight finishes
+        assert (node2.state_dir / f"{SERVICE}.unrouted.json").exists()
+        result = ansible_playbook(fleet, "rollout.yml", routed.inventory("mid-drain", "v1"))
+    finally:
+        hold.kill()
+        report = load.result()
+    assert result.rc == 0, result.output[-4000:]
+    assert report["failed"] == 0, report["failures"]
+    assert held["failed"] == 0, held["failures"]  # the requests the drain waited for finished
+    for node in fleet.nodes:
+        assert node.containers()[SERVICE]["image"] == v1.image_id, node.name
+    assert _no_journals(fleet) == []
+
+
+def test_rollback_through_the_router_loses_no_request(routed):
+    """Rolls back the whole rollout of v1, node1 included: the killed first attempt switched it, so the
+    rerun found it up to date."""
+    _runs(routed, node1="v1", node2="v1", node3="v1")
+    fleet, v1, v2 = routed.fleet, routed.images["v1"], routed.images["v2"]
+    result, report = routed.under_load("rollback", "rollback.yml", routed.inventory("rollback", "v1"))
+    assert result.rc == 0, result.output[-4000:]
+    assert report["failed"] == 0, report["failures"]
+    for node in fleet.nodes:
+        assert node.containers()[SERVICE]["image"] == v2.image_id, node.name
+        assert f"   {node.name} {v1.ref} -> {v2.ref} (ok)" in result.output
+    assert _no_journals(fleet) == []
+
+
+def test_a_rollback_after_an_interrupted_deploy_undoes_only_that_deploy(routed):
+    """The deploy is killed while the canary's new container starts. Rollback used to restore the canary,
+    then swap every other node to its -previous (a release older than what it ran): now it restores the
+    canary (from its journal, back into the router) and leaves the others alone, saying so."""
+    _runs(routed, node1="v2", node2="v2", node3="v2")
+    fleet, v1, v2 = routed.fleet, routed.images["v1"], routed.images["v2"]
+    before = _containers(fleet)
+    load = routed.load("interrupted-switch")
+    try:
+        run = RunningPlaybook(fleet, "rollout.yml", routed.inventory("interrupted-switch", "v1"))
+        killed, fired = _kill_when(run, lambda: _runs_image(fleet.nodes[0], v1.image_id))
+        assert fired, killed.output[-3000:]
+        status = routed.status("interrupted-switch")
+        result = ansible_playbook(fleet, "rollback.yml", routed.inventory("interrupted-switch", "v1"))
+    finally:
+        report = load.result()
+    # fleet-status showed the interrupted canary: out of the router, its switch journal flagged
+    assert status["node1"]["routed"] == "no" and status["node1"]["switch_journal"], status["node1"]
+    assert "* node1: INTERRUPTED SWITCH to " + v1.ref in status["__output__"]
+    assert "* node1: OUT OF THE ROUTER since" in status["__output__"]
+    assert status["node2"]["routed"] == "yes" and not status["node2"]["notes"]
+    assert result.rc == 0, result.output[-4000:]
+    assert report["failed"] == 0, report["failures"]
+    after = _containers(fleet)
+    assert {name: c["id"] for name, c in after.items()} == {name: c["id"] for name, c in before.items()}
+    assert all(c["image"] == v2.image_id and c["running"] for c in after.values())
+    # the journal restore reads as what it did, not as a failed switch
+    assert f"   node1 {v1.ref} -> {v2.ref} (undid an interrupted switch, {v2.ref} back (healthy))" in result.output
+    for name in ("node2", "node3"):
+        assert f"   {name} {v2.ref} -> {v2.ref} (left alone, the last run did not switch it)" in result.output
+    assert "did not finish on" not in result.output
+    assert _no_journals(fleet) == []
+
+
+def test_control_a_plain_swap_under_the_same_load_loses_requests(routed):
+    """Without the router integration the same switch loses requests: the assertions above can fail."""
+    _runs(routed, node1="v2")
+    result, report = routed.under_load("plain", "rollout.yml", routed.inventory("plain", "v1", router=False),
+                                       "--limit", "node1")
+    assert result.rc == 0, result.output[-4000:]
+    assert report["failed"] > 0, report
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+BAD_ROUTERS = {  # inventory overrides (ROUTER = the router's URL), setup, message
+    "router does not answer": ({"sglang_router_url": "http://{ctl}:9"}, None,
+                               "the router at http://{ctl}:9 does not answer GET /workers"),
+    "URL names something else": ({"sglang_router_url": "http://{node1}:30000"}, None,
+                                 "http://{node1}:30000 answered GET /workers with HTTP 404"),
+    "URL with a path": ({"sglang_router_url": "ROUTER/v1"}, None,
+                        "sglang_router_url ('ROUTER/v1') and sglang_router_worker_url"),
+    "node the router does not know": ({}, "drop node3",
+                                      "node3: the router at ROUTER does not list http://{node3}:30000"),
+    "floor": ({"sglang_router_min_healthy": 3}, None,
+              "batch 1 (1 node(s): node1) would take 1 of the 3 healthy workers of the router at ROUTER out at once, "
+              "leaving 2, below its floor sglang_router_min_healthy=3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROUTERS))
+def test_bad_router_settings_stop_the_run_before_anything_changes(routed, case):
+    overrides, setup, message = BAD_ROUTERS[case]
+    fleet = routed.fleet
+    names = {"ctl": fleet.controller_address, **{n.name: n.address for n in fleet.nodes}}
+
+    def fill(text):
+        return text.replace("ROUTER", routed.router.url).format(**names)
+
+    overrides = {k: fill(v) if isinstance(v, str) else v for k, v in overrides.items()}
+    if setup == "drop node3":
+        routed.router.remove(f"http://{fleet.nodes[2].address}:30000")
+    before = _containers(fleet)
+    try:
+        playbook = "deploy.yml" if case == "router does not answer" else "router_preflight.yml"
+        result = ansible_playbook(fleet, playbook, routed.inventory(f"bad-{case}", "v2", **overrides))
+    finally:
+        routed.router.reset(_urls(fleet))
+    assert result.rc != 0
+    assert " ".join(fill(message).split()) in " ".join(result.output.split()), result.output[-3000:]
+    assert "PLAY [Distribute the image]" not in result.output and "PLAY [Roll out]" not in result.output
+    assert _containers(fleet) == before
+    assert _no_journals(fleet) == []
+
+
+def test_a_drain_that_does_not_end_puts_the_node_back_and_stops(routed):
+    _runs(routed, node1="v1")
+    fleet = routed.fleet
+    before = _containers(fleet)
+    hold = routed.hold(fleet.nodes[0], "endless")
+    try:
+        result = ansible_playbook(fleet, "rollout.yml", routed.inventory(
+            "endless", "v2", sglang_router_drain_timeout=2), "--limit", "node1")
+    finally:
+        held = hold.result()
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert re.search(r"node1: [12] request\(s\) still in flight [0-9.]+ s after the router stopped sending it any "
+                     r"\(sglang_router_drain_timeout=2\)\. Nothing was stopped", flat), result.output[-3000:]
+    assert held["failed"] == 0
+    assert _containers(fleet) == before
+    assert routed.router.healthy_urls() == _urls(fleet)
+    assert _no_journals(fleet) == []
+
+
+def test_a_router_that_does_not_take_the_node_back_stops_the_run_and_the_next_run_puts_it_back(routed):
+    """The router freezes (SIGSTOP) while node1's new container starts: the switch passes its gates on the
+    node, the router does not answer the re-add; the run stops saying so, the node serves, its router
+    journal stays, and the next run puts it back."""
+    _runs(routed, node1="v1")
+    fleet, v2 = routed.fleet, routed.images["v2"]
+    url1 = f"http://{fleet.nodes[0].address}:30000"
+    inventory = routed.inventory("frozen", "v2", sglang_router_timeout=5)
+    done = threading.Event()
+    run = RunningPlaybook(fleet, "rollout.yml", inventory, "--limit", "node1")
+    watcher = _watch(lambda: _runs_image(fleet.nodes[0], v2.image_id),
+                     lambda: os.kill(routed.router.proc.pid, signal.SIGSTOP), done)
+    try:
+        result = run.wait(timeout=600)
+    finally:
+        done.set()
+        os.kill(routed.router.proc.pid, signal.SIGCONT)
+    assert watcher.fired.is_set(), result.output[-3000:]
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert f"node1: the node serves, but the router did not take it back: the router at {routed.router.url} " in flat
+    assert "stays, so the next make deploy or make rollback puts it back first" in flat
+    assert fleet.nodes[0].containers()[SERVICE]["image"] == v2.image_id
+    assert url1 not in routed.router.workers()
+    assert (fleet.nodes[0].state_dir / f"{SERVICE}.unrouted.json").exists()
+    result = ansible_playbook(fleet, "rollout.yml", inventory, "--limit", "node1")
+    assert result.rc == 0, result.output[-4000:]
+    assert "node1: up to date, nothing to do" in result.output
+    assert routed.router.healthy_urls() == _urls(fleet)
+    assert _no_journals(fleet) == []
+
+
+def test_a_hung_node_is_restarted_not_called_up_to_date(routed):
+    """node3's container is paused (running, not answering). The rerun used to say "up to date"; now it is
+    restarted in place (same container, the rollback target kept) and must pass its gates."""
+    _runs(routed, node3="v2")
+    fleet = routed.fleet
+    node3 = fleet.nodes[2]
+    before = node3.containers()
+    node3.dockerd.docker("pause", SERVICE)
+    try:
+        result = ansible_playbook(fleet, "rollout.yml", routed.inventory("hung", "v2"), "--limit", "node3")
+    finally:
+        node3.dockerd.docker("unpause", SERVICE, check=False)
+    assert result.rc == 0, result.output[-4000:]
+    assert "node3: runs " in result.output and "with these settings but does not serve" in result.output
+    assert "up to date, nothing to do" not in result.output
+    assert "   node3 " in result.output and "(restarted)" in result.output
+    after = node3.containers()
+    assert after[SERVICE]["id"] == before[SERVICE]["id"] and after[SERVICE]["running"]
+    assert after[SERVICE + "-previous"]["id"] == before[SERVICE + "-previous"]["id"]
+    assert routed.router.healthy_urls() == _urls(fleet)
+
+
+def test_a_node_lost_mid_switch_says_so_and_status_lists_every_node(routed):
+    """node3's sshd stops while its new container starts: the batch line says the node was lost, and why
+    (it used to show only FAILED); fleet-status then lists every node, node3 unreachable and node2 with
+    its Docker daemon down (both used to be dropped); the rerun puts node3 back and finishes."""
+    _runs(routed, node3="v2")
+    fleet, v1 = routed.fleet, routed.images["v1"]
+    node2, node3 = fleet.nodes[1], fleet.nodes[2]
+    done = threading.Event()
+    run = RunningPlaybook(fleet, "rollout.yml", routed.inventory("lost", "v1"), "--limit", "node3")
+    watcher = _watch(lambda: _runs_image(node3, v1.image_id), node3.stop_sshd, done)
+    try:
+        result = run.wait(timeout=600)
+        done.set()
+        node2.dockerd.kill()
+        try:
+            status = routed.status("lost")
+        finally:
+            node2.dockerd.start_again()
+            node2.dockerd.docker("start", SERVICE)  # a daemon that crashed does not start it again by itself
+    finally:
+        done.set()
+        if node3.sshd is None:
+            node3.start_sshd()
+            fleet.wait_for_ssh(node3)
+    assert watcher.fired.is_set(), result.output[-3000:]
+    assert result.rc != 0
+    assert re.search(r"== batch 1 of \"Roll out\": node3 \S+ -> \S+ \(LOST mid-switch at 'switching': .+; its "
+                     r"journals name what to put back", result.output), result.output[-3000:]
+    assert set(status) - {"__output__"} == {"node1", "node2", "node3"}
+    assert not status["node3"]["reachable"] and status["node3"]["notes"][0].startswith("UNREACHABLE over SSH")
+    assert any(note.startswith("DOCKER does not answer") for note in status["node2"]["notes"]), status["node2"]
+    assert status["node1"]["routed"] == "yes" and not status["node1"]["notes"]
+    assert re.search(r"^\s+node3 \*\s", status["__output__"], re.M)
+    result = ansible_playbook(fleet, "rollout.yml", routed.inventory("lost", "v1"), "--limit", "node3")
+    assert result.rc == 0, result.output[-4000:]
+    assert node3.containers()[SERVICE]["image"] == v1.image_id
+    assert _no_journals(fleet) == []
