@@ -5,9 +5,10 @@ and real ansible-playbook runs with `sglang_router_url` set.
 One fleet and one router for the module, in file order, each test leaving every node serving and the
 router listing exactly the fleet: a full rollout, a canary whose smoke gate fails, a run killed mid-drain
 and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback after it, the control
-(a plain swap, which must lose requests), the router's bad inputs, a drain that does not end, a router that stops answering before
-it takes the node back, a hung node, and a node lost mid-switch. The router's retries are off (see
-router.py), so every request a switch cut or sent to a stopped node would count as failed.
+(a plain swap, which must lose requests), the router's bad inputs, a drain that does not end, a router
+that stops answering before it takes the node back, a hung node, and a node lost mid-switch. The
+router's retries are off (see router.py), so every request a switch cut or sent to a stopped node would
+count as failed.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ description:
   - Between polls it inspects I(container) and fails at once, with its exit code and last log lines, when it is not running.
 options:
   urls: {description: URLs to wait for, in order, type: list, elements: str, required: true}
-  timeout: {description: Seconds one request may take (never more than what is left of the budget), type: int, default: 10}
+  timeout: {description: Seconds one request may take (at most what is left of the budget), type: int, default: 10}
   retries: {description: Polls before giving up, type: int, default: 60}
   delay: {description: Seconds between polls, type: int, default: 10}
   container: {description: Container whose state is checked between polls ("" to skip), type: str, default: ""}
