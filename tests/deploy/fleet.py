@@ -128,7 +128,7 @@ class Node:
     def stop_sshd(self) -> None:
         """Stop the node's sshd by its PID: the node is unreachable over SSH until `start_sshd`."""
         if self.sshd is not None:
-            _terminate(self.sshd)
+            terminate(self.sshd)
             self.sshd = None
 
     def state(self, service: str) -> dict:
@@ -266,8 +266,8 @@ def _wait_for_ssh(fleet: Fleet, node: Node) -> None:
     raise RuntimeError(f"ssh to {node.name} ({node.address}) did not answer within {SSH_READY_TIMEOUT_S} s: {last}")
 
 
-def _terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM by PID, wait, SIGKILL if needed, reap."""
+def terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM by PID, wait, SIGKILL if needed, reap (a process these tests started)."""
     if proc.poll() is not None:
         return
     try:

@@ -12,15 +12,13 @@ fleet's folder. Nothing here ships; it lives under tests/.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.deploy.fleet import Fleet
+from tests.deploy.fleet import Fleet, terminate
 
 # What the routed fleet's servers run with (the test double's knobs, through the container's environment):
 # every /generate takes 0.5 s (so a load always has requests in flight), 20 ms per forward pass (so a long
@@ -94,13 +92,7 @@ class Router:
         self.wait_for(urls)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        terminate(self.proc)
 
 
 def start_router(fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT) -> Router:
