@@ -36,7 +36,7 @@ demo: setup-demo ## main job: stock refusing, the overlay accepting, a bitwise c
 demo-json: setup-demo ## main job as JSON, only JSON on stdout (progress on stderr; SGLANG_RELEASE= as demo)
 	@$(PY) -m harness.demo $(DEMO_RELEASE) --json
 
-test: setup ## run all tests: root, ~35 min on 2 cores (+16 first setup), Docker daemons, test hosts (README)
+test: setup ## run all tests: root, ~41 min on 2 cores (+16 first setup), Docker daemons, test hosts (README)
 	bash scripts/run-tests.sh
 
 # the units of the package, the patcher, the hooks and the smoke client, the release table and the repository's
