@@ -141,7 +141,7 @@ def _held_signals():
     """Inside the block SIGINT and SIGTERM are appended to the yielded list instead of acted on (main
     thread only; elsewhere the list stays empty); the previous handlers come back after it."""
     received = []
-    if threading.current_thread() is not threading.main_thread():
+    if threading.get_ident() != threading.main_thread().ident:  # only the main thread may set handlers
         yield received
         return
     previous = {signum: signal.getsignal(signum) for signum in WATCHED}
