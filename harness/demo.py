@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         )
         result = summarize(reports, seed=args.seed, seconds=time.monotonic() - started, fold=args.fold)
     except Exception as error:  # environment problems: no sglang, a failed probe, a refused patch
-        return environment_problem(error)
+        return environment_problem(error, args.json)
     return finish(result, args.json, render)
 
 

@@ -33,11 +33,18 @@ def yes(flag: bool) -> str:
     return "yes" if flag else "NO"
 
 
-def environment_problem(error: Exception) -> int:
+def environment_problem(error: Exception, as_json: bool = False) -> int:
     """Say why the demo could not run (no SGLang, a release not installed, a failed probe, a refused patch);
-    a refusal of the project's own (`OverlayError`) in its words, anything else with its type. Exit 2."""
+    a refusal of the project's own (`OverlayError`) in its words, anything else with its type. With
+    `as_json`, also one JSON object on stdout: `ok` false, `error`, `fix` and the refusal's `code` (null for
+    an error that is not a refusal). Exit 2."""
     said = str(error) if isinstance(error, OverlayError) else f"{type(error).__name__}: {error}"
     print(f"demo: {said}", file=sys.stderr)
+    if as_json:
+        ours = isinstance(error, OverlayError)
+        json.dump({"ok": False, "error": error.what if ours else f"{type(error).__name__}: {error}",
+                   "fix": error.fix if ours else "", "code": error.code if ours else None}, sys.stdout, indent=2)
+        print()
     return 2
 
 

@@ -10,3 +10,5 @@ from replayssm_overlay.errors import OverlayError
 
 class HarnessError(OverlayError):
     """What is missing or failed, and what to run (`make setup`, a pip install) where there is a fix."""
+
+    code = "demo-environment"

@@ -95,5 +95,5 @@ def main(release: str, *, as_json: bool, progress) -> int:
         reports = sandbox.stock_and_patched(release=release, progress=progress)
         result = summarize(reports, time.monotonic() - started)
     except Exception as error:  # environment problems: the release not installed, a failed probe
-        return environment_problem(error)
+        return environment_problem(error, as_json)
     return finish(result, as_json, render)

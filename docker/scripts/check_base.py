@@ -40,6 +40,12 @@ SHELL_ADVICE = re.compile(r"(?:\. |; )(?:Reinstall|reinstall|pass --sglang-dir|R
 
 
 class CheckFailed(Exception):
+    """One base check failed: which, what, and the fix. Not an `OverlayError`: this script runs on the
+    base image's Python before the overlay is installed, with the standard library only; its stable `code`
+    is unique with the overlay's all the same (`tests/structure/test_error_codes.py`)."""
+
+    code = "base-check-failed"
+
     def __init__(self, check, what, fix):
         super().__init__(f"base-check failed [{check}]: {what}\n  fix: {fix}")
 

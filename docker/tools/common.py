@@ -7,6 +7,7 @@ Standard library only: the tools run with the build host's plain `python3`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -24,7 +25,13 @@ DOCKER = os.environ.get("DOCKER", "docker")
 
 
 class Refusal(Exception):
-    """Bad input or environment: what is wrong, and the fix."""
+    """Bad input or environment: what is wrong, and the fix.
+
+    Not an `OverlayError`: the tools run with the build host's plain `python3` and the standard library,
+    where the overlay package is not installed. It carries a stable `code` all the same, printed in
+    `--json` errors and unique with the overlay's (`tests/structure/test_error_codes.py`)."""
+
+    code = "image-tool-refused"
 
     def __init__(self, what: str, fix: str):
         super().__init__(what)
@@ -32,11 +39,14 @@ class Refusal(Exception):
 
 
 def run_tool(main) -> None:
-    """Run `main()`; a Refusal becomes `error: ...` + `fix: ...` on stderr and exit status 2."""
+    """Run `main()`; a Refusal becomes `error: ...` + `fix: ...` on stderr (and, for a tool run with
+    --json, `{ok: false, error, fix, code}` on stdout) and exit status 2."""
     try:
         sys.exit(main() or 0)
     except Refusal as refusal:
         print(f"error: {refusal.what}\n  fix: {refusal.fix}", file=sys.stderr)
+        if "--json" in sys.argv[1:]:
+            print(json.dumps({"ok": False, "error": refusal.what, "fix": refusal.fix, "code": refusal.code}))
         sys.exit(2)
 
 

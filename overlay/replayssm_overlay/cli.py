@@ -10,7 +10,8 @@ not restore every file); 2 usage error, environment error, refusal, or an `apply
 SIGINT/SIGTERM and rolled back (nothing was changed). `-v` adds a refusal's evidence (`detail`). Every
 subcommand takes `--json` (one JSON object on stdout) and `--sglang-dir`. A refusal (`OverlayError`) or a
 failed file operation (`OSError`, turned into one by `errors.from_os_error`) is one message naming the
-path and the fix, never a traceback.
+path and the fix, never a traceback; with --json it is also `{ok: false, error, fix, code, detail}` on
+stdout, `code` the refusal's stable kebab-case code (`errors.OverlayError.code`).
 `build_parser()` builds the whole parser so that other command groups can be added to it: a subcommand
 is a subparser whose defaults carry `handler=callable(args) -> exit code`.
 """
@@ -264,7 +265,7 @@ def _refused(args, err: OverlayError) -> int:
     if err.detail and getattr(args, "verbose", False):
         print("  detail:\n" + "\n".join(f"    - {line}" for line in err.detail), file=sys.stderr)
     if getattr(args, "json", False):
-        print_json({"ok": False, "error": err.what, "fix": err.fix, "detail": err.detail})
+        print_json({"ok": False, "error": err.what, "fix": err.fix, "code": err.code, "detail": err.detail})
     return EXIT_USAGE
 
 

@@ -10,6 +10,11 @@ build's `nvrtc.NvrtcMissing`, the smoke suite's `SmokeEnvironmentError` and the 
 are refusals of their own kind under it); `NotCovered` is the one "the overlay does not take this" case,
 which is not a refusal to the user: SGLang's fold commits instead, and `fold.covered` is where it is
 caught.
+
+Every class carries a stable kebab-case `code` of its own (as pip's diagnostic errors do), which every
+`--json` error prints beside `error` and `fix`, so a script can tell one refusal from another without
+parsing the message; codes never change meaning once released and are unique across the repository
+(`tests/structure/test_error_codes.py`).
 """
 
 import errno
@@ -19,6 +24,8 @@ class OverlayError(Exception):
     """A clear, actionable refusal: `what` went wrong, `fix` says how to proceed, `detail` (lines) is the
     evidence a person rarely needs (hashes, per-file findings): the command line shows it with -v and in
     --json, not in `str(error)`."""
+
+    code = "overlay-refused"
 
     def __init__(self, what: str, fix: str = "", detail=None):
         self.what = what
@@ -33,14 +40,22 @@ class NotCovered(OverlayError):
     plan or launch that failed (and launched nothing). Raised before the state is touched; the caller
     commits with SGLang's fold instead (`fold.covered`, the one place that catches it)."""
 
+    code = "not-covered"
+
+
+class FileAccessRefused(OverlayError):
+    """A file operation failed (permissions, a folder where a file belongs, a read-only or full disk)."""
+
+    code = "file-access"
+
 
 def from_os_error(err: OSError, doing: str, path=None) -> OverlayError:
-    """An OverlayError for `err`, raised while `doing` (e.g. "read", "write the saved pristine copy")
+    """A FileAccessRefused for `err`, raised while `doing` (e.g. "read", "write the saved pristine copy")
     `path` (default: the path the error names)."""
     path = path if path is not None else (err.filename if err.filename is not None else "the file")
     reason = err.strerror or str(err)
     fix = _FIXES.get(err.errno, "fix the cause and run the command again")
-    return OverlayError(f"cannot {doing} {path}: {reason}", fix.format(path=path))
+    return FileAccessRefused(f"cannot {doing} {path}: {reason}", fix.format(path=path))
 
 
 _FIXES = {

@@ -340,6 +340,8 @@ def _one_shot(args, action, describe) -> int:
         done = action()
     except SmokeEnvironmentError as exc:
         print(f"replayssm-smoke: error: {exc}", file=sys.stderr)
+        if args.json:
+            print_json({"ok": False, "error": exc.what, "fix": exc.fix, "code": exc.code}, sort_keys=False)
         return exc.exit_code
     if args.json:
         print_json(done, sort_keys=False, indent=None)

@@ -13,4 +13,5 @@ from replayssm_overlay.errors import OverlayError
 class SmokeEnvironmentError(OverlayError):
     """A usage or environment problem: bad input file, unreachable or non-SGLang server, bad response."""
 
+    code = "smoke-environment"
     exit_code = EXIT_USAGE

@@ -17,6 +17,8 @@ from .errors import SmokeEnvironmentError
 class HttpStatusError(SmokeEnvironmentError):
     """The server answered, with a non-2xx status."""
 
+    code = "http-status"
+
     def __init__(self, url: str, status: int, body: str) -> None:
         super().__init__(f"{url} answered HTTP {status}: {body[:300]}")
         self.status = status
@@ -24,6 +26,8 @@ class HttpStatusError(SmokeEnvironmentError):
 
 class RequestTimeout(SmokeEnvironmentError):
     """No answer within the request's timeout."""
+
+    code = "request-timeout"
 
     def __init__(self, url: str, timeout: float) -> None:
         super().__init__(f"{url} did not answer within {timeout:.1f} s",

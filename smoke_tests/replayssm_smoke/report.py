@@ -62,7 +62,8 @@ def finished_run(*, info, ref_info, golden_info, th_source, profile, notes, acce
 
 def stopped_run(error, target_url: str) -> dict:
     """The body of a run stopped by `error` (a SmokeEnvironmentError): failed, with what and how to fix."""
-    return {"passed": False, "exit_code": error.exit_code, "error": {"what": error.what, "fix": error.fix},
+    return {"passed": False, "exit_code": error.exit_code,
+            "error": {"what": error.what, "fix": error.fix, "code": error.code},
             "target": {"url": target_url}, "gates": []}
 
 

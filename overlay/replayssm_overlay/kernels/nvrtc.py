@@ -25,6 +25,8 @@ ENV_LIB = "RSO_NVRTC"  # an explicit libnvrtc.so path
 class NvrtcMissing(OverlayError):
     """No NVRTC library was found; the CUDA kernel cannot be built here."""
 
+    code = "nvrtc-missing"
+
 
 def _candidates() -> list[str]:
     found = []

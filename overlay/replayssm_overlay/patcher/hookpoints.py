@@ -54,6 +54,8 @@ KDA_ERROR_WORDS = ("KDA", "kimi_linear")
 class HookPointError(OverlayError):
     """The file's structure is not the one the overlay knows how to hook (says what was looked for)."""
 
+    code = "hook-point-not-found"
+
 
 @dataclass(frozen=True)
 class Insertion:

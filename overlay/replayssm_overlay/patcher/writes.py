@@ -58,6 +58,8 @@ class Interrupted(OverlayError):
     """SIGINT or SIGTERM came while the steps ran (raised between two steps, never inside one); `run` turns
     it into the refusal that says what was rolled back."""
 
+    code = "interrupted"
+
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.name = signal.Signals(signum).name

@@ -56,7 +56,12 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 class RouterError(Exception):
-    """The router did not answer as sglang-router's worker API does; the message says what to fix."""
+    """The router did not answer as sglang-router's worker API does; the message says what to fix.
+    Not an `OverlayError`: Ansible ships each module to the node alone, where
+    no overlay package can be imported; its stable `code` is unique with the overlay's all the same
+    (`tests/structure/test_error_codes.py`)."""
+
+    code = "router-refused"
 
 
 def _norm(url: str) -> str:
@@ -178,7 +183,7 @@ def main():
     try:
         module.exit_json(**run(module.params))
     except RouterError as exc:
-        module.fail_json(msg=str(exc), worker=None, workers=[])
+        module.fail_json(msg=str(exc), code=exc.code, worker=None, workers=[])
 
 
 if __name__ == "__main__":

@@ -50,7 +50,12 @@ REQUEST_TIMEOUT_S = 5.0
 
 
 class NothingListens(Exception):
-    """The connection was refused: no server runs, so no request can be in flight."""
+    """The connection was refused: no server runs, so no request can be in flight (caught in this module:
+    the wait ends drained). Not an `OverlayError`: Ansible ships each module to the node alone, where
+    no overlay package can be imported; its stable `code` is unique with the overlay's all the same
+    (`tests/structure/test_error_codes.py`)."""
+
+    code = "nothing-listens"
 
 
 def _get(url: str, timeout: float) -> tuple[int, object]:
