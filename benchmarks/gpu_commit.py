@@ -1,4 +1,4 @@
-"""One GPU run for the commit as the server runs it (issue 12): exactness of every path, then eager and
+"""One GPU run for the commit as the server runs it: exactness of every path, then eager and
 CUDA-graph timings of the whole commit (fold + conv rollback, track slot) through the entry point
 `replayssm_overlay.fold.fold_accepted_prefix` for each fold choice, beside SGLang 0.5.19's own commit
 (`commit_gdn_replayssm_fold_after_verify`), with the peak memory of one commit.
@@ -386,7 +386,7 @@ def main():
     parser.add_argument("--out", required=True, type=Path, help="folder for commit_<triton>.json and the log")
     parser.add_argument("--artifacts", type=Path, help="the CUDA kernel's folder for this node (default: none)")
     parser.add_argument("--calls", type=int, default=48, help="eager calls per median (default 48)")
-    parser.add_argument("--quick", action="store_true", help="only the issue's shapes (no windows 4/8 at T=16's pool)")
+    parser.add_argument("--quick", action="store_true", help="only the target shapes (notes/perf.md, \"Targets\"; no windows 4/8 at T=16's pool)")
     parser.add_argument("--skip-exact", action="store_true")
     parser.add_argument("--cuda", action="append", default=[], metavar="LABEL=CUBIN:COLUMNS[:GRID]",
                         help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL, on grid "

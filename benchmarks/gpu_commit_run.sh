@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device call for the commit benchmark (benchmarks/gpu_commit.py), under the Triton the v0.5.19 image
-# ships (3.7.1, carried as a tarball: ../shared/tools/triton-carry.sh) and then the GPU machine's own.
+# ships (3.7.1, packed as a tarball by benchmarks/triton_carry.sh) and then the GPU machine's own.
 # Run from a folder holding overlay/, benchmarks/ and sglang-kernels/ (SGLang 0.5.19's three kernel
 # files, never committed), with the tarball's path in TRITON_CARRY and $OUT set:
 #

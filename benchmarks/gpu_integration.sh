@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The lead's one device call on merged main: every GPU test (`pytest -m gpu`) under the Triton the v0.5.19
-# image ships (3.7.1, carried: ../shared/tools/triton-carry.sh) and under the GPU machine's own, then the
+# Every GPU check in one device call: every GPU test (`pytest -m gpu`) under the Triton the v0.5.19
+# image ships (3.7.1, carried: benchmarks/triton_carry.sh) and under the GPU machine's own, then the
 # node's self-check before serving (gpu_selfcheck.py), then the eager/graph commit benchmark
 # (gpu_commit_run.sh: full under 3.7.1, --quick under the machine's).
 # Run from the repository root with SGLang 0.5.19's kernel files (never committed) in RSO_SGLANG_KERNELS,
 # the Triton tarball in TRITON_CARRY, and $OUT set:
 #
-#   RSO_SGLANG_KERNELS=$PWD/.dev/lead/sglang-kernels TRITON_CARRY=.carry/triton-3.7.1.tar.xz \
+#   RSO_SGLANG_KERNELS=$PWD/.sglang-kernels TRITON_CARRY=.carry/triton-3.7.1.tar.xz \
 #     bash benchmarks/gpu_integration.sh
 #
 # Leaves pytest_<triton>.txt, selfcheck.log and selfcheck/ beside gpu_commit_run.sh's files in $OUT; exit 1 if anything failed.

@@ -2,7 +2,7 @@
 # The device call that checks the shipped CUDA commit kernel for out-of-bounds accesses and exactness across
 # every window it takes (benchmarks/gpu_sweep.py), then the kernel's GPU tests, under compute-sanitizer
 # memcheck with the GPU machine's Triton; then the sweep again, without the sanitizer, under the Triton the
-# v0.5.19 image ships (3.7.1, carried: ../shared/tools/triton-carry.sh). From the repository root:
+# v0.5.19 image ships (3.7.1, carried: benchmarks/triton_carry.sh). From the repository root:
 #
 #   RSO_SGLANG_KERNELS=$PWD/.sglang-kernels TRITON_CARRY=.carry/triton-3.7.1.tar.xz \
 #     OUT=/tmp/out bash benchmarks/gpu_memcheck_run.sh

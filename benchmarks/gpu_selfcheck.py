@@ -1,4 +1,4 @@
-"""GPU proof of the node's self-check before serving (issue 13 item 4; run on the H200, see README.md).
+"""GPU proof of the node's self-check before serving (run on the H200, see README.md).
 
     RSO_SGLANG_KERNELS=/path/to/kernel-files python benchmarks/gpu_selfcheck.py --artifacts DIR [--out DIR]
 
@@ -12,8 +12,8 @@ and how often Triton's JIT ran the overlay's Triton kernel (`run` and `warmup` o
                   the CUDA kernel and run none of the overlay's Triton kernels; its time includes
                   compiling SGLang's recurrence (ring write and decode specializations);
   prebuilt-warm   the same with the cache the cold case left (a restart): the startup cost to budget
-                  (issue: at most 5 s), and the part of it spent on the CUDA kernel's pinned staging
-                  grid (`staging_seconds`: blocks that fold several items, issue 36);
+                  (at most 5 s), and the part of it spent on the CUDA kernel's pinned staging
+                  grid (`staging_seconds`: blocks that fold several items);
   planted         RSO_FOLD=triton with the numpy reduction tree planted instead of the GPU's:
                   must be caught (outcome mismatch) and leave SGLang's fold chosen.
 

@@ -3,13 +3,12 @@ conv dtype and track choice, checked bitwise through the entry point; meant to r
 
 Why: the step loop is unrolled by its load queue, and whether the compiled loop stops at the accepted steps
 depends on the unroll (NVVM dropped the remainder loop of a 3-way unroll: the PREFETCH=2 build read past its
-shared memory, notes/perf.md, sessions 8-9); a read past the block's normalized-k buffers shows only for
-some windows, accept lengths and one of the two buffers, and the shipped build had been checked at one
-shape only. This sweep gives
-memcheck every window, both buffers (batches of 1 to 48 rows, so blocks fold several items), int32 and
+shared memory, notes/perf.md, "Levers tried"); a read past the block's normalized-k buffers shows only for
+some windows, accept lengths and one of the two buffers, which a check at one shape cannot show. This sweep
+gives memcheck every window, both buffers (batches of 1 to 48 rows, so blocks fold several items), int32 and
 int64 index vectors, bf16 and fp32 conv state, padded rows and track slots, each on the pinned grids
 (`cuda_fold.grid_size`: persistent, a block per work unit, a block per two: auto serves the first or blocks of
-a few units; and the self-check's three blocks, "strided", since issue 36), and checks each commit:
+a few units; and the self-check's three blocks, "strided"), and checks each commit:
   entry   the whole commit through `fold.fold_accepted_prefix` (temporal and conv state of every slot)
           vs SGLang 0.5.19's commit on the same pool;
   decode  the active slots and the track slots vs SGLang's decode kernel run token by token.

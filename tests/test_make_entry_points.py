@@ -1,4 +1,4 @@
-"""The make entry points a new user meets first (issue 14 item 6): `make help` aligned, `make demo-json`
+"""The make entry points a new user meets first: `make help` aligned, `make demo-json`
 printing only JSON on stdout (for the release asked for), targets that need .venv saying "run make setup
 first", `make load` without a tarball saying what it needs, the patch status and the fleet status named
 apart, and `make setup` waiting for the dpkg lock.
@@ -56,14 +56,14 @@ def test_make_demo_json_prints_only_json(tmp_path):
     assert done.returncode == 0, done.stderr
     argv = json.loads(done.stdout)  # (with the release docker/base.lock names as SGLANG_RELEASE)
     assert argv[:2] == ["-m", "harness.demo"] and argv[-1] == "--json"
-    # the release asked for reaches the demo (it silently ran 0.5.19: issue 37 item 4)
+    # the release asked for reaches the demo (never silently 0.5.19)
     done = make("-o", "setup-demo", "demo-json", f"PY={probe}", "SGLANG_RELEASE=0.5.23")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["-m", "harness.demo", "--release", "0.5.23", "--json"]
 
 
 def test_make_load_without_a_tarball_says_what_it_needs():
-    """Not argparse's usage lines (issue 37 item 4): one error and the fix, before any daemon is asked."""
+    """Not argparse's usage lines: one error and the fix, before any daemon is asked."""
     done = make("load")
     assert done.returncode == 2
     assert "error: make load needs TARBALL=" in done.stderr and "fix: e.g. make load TARBALL=" in done.stderr

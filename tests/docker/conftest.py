@@ -40,8 +40,8 @@ def overlay_version() -> str:
     return read_overlay_version()
 
 
-# An untracked module holding a token, present in the checkout while the image is built (issue 9 found
-# one baked into an image labelled with the clean commit); test_image.py checks that it is nowhere.
+# An untracked module holding a token, present in the checkout while the image is built (an image must never
+# carry one while its label names the clean commit); test_image.py checks that it is nowhere.
 UNTRACKED_SECRET = REPO / "overlay" / "replayssm_overlay" / "_local_settings.py"
 
 

@@ -65,7 +65,7 @@ def test_shell_advice_is_cut_from_the_overlays_refusal(check_base):
 
 
 def test_a_base_whose_files_are_another_release_than_its_metadata_fails_the_release_check(check_base, tmp_path):
-    """0.5.20's files under metadata that says 0.5.19 (issue 37 item 2: it built and was labelled 0.5.19).
+    """0.5.20's files under metadata that says 0.5.19 (such a base must not build an image labelled 0.5.19).
     The [pristine] step's dry run identifies the release by the files' hashes; it must be SGLANG_RELEASE."""
     from replayssm_overlay.patcher.releases import RELEASE_FILES
 

@@ -75,8 +75,8 @@ def _tiny_image(dockerd, folder, tag: str, marker: str) -> str:
 
 @pytest.mark.parametrize("tag_was_there", [True, False], ids=["tag-held-another-image", "tag-new"])
 def test_a_refused_load_leaves_the_daemon_as_it_was(dockerd, tmp_path, tag_was_there):
-    """The tarball's image does not have the ID its .image-id names (issue 37 item 2: the refused image
-    stayed loaded and held the tag): the image is removed again, the tag names what it named before."""
+    """The tarball's image does not have the ID its .image-id names (the refused image
+    must not stay loaded and hold the tag): the image is removed again, the tag names what it named before."""
     tag = f"rso-refused-load:{'held' if tag_was_there else 'new'}"
     refused = _tiny_image(dockerd, tmp_path, tag, f"refused-{tag_was_there}")
     proc = make(dockerd, "save", f"IMAGE={tag}", f"DIST_DIR={tmp_path}")

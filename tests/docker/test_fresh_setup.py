@@ -1,4 +1,4 @@
-"""The README's commands set up a fresh Debian 12 machine (issue 37 item 3): run in the project's own bare
+"""The README's commands set up a fresh Debian 12 machine: run in the project's own bare
 Debian 12 rootfs (the stand-in base's debootstrap rootfs: minbase + python3 + pip, no venv module, no
 make), `scripts/setup-system.sh demo` installs what `make demo` needs and `scripts/setup-venv.sh`'s
 first step (the venv) then works; every package `make setup` asks for exists in Debian 12. This machine
@@ -57,7 +57,7 @@ def in_rootfs(root: Path, script: str, timeout: float = 600) -> subprocess.Compl
 
 def test_the_bare_rootfs_lacks_what_the_readme_commands_need(rootfs):
     """The premise (so it runs first, on the module's one rootfs): without setup-system.sh this rootfs
-    cannot make the venv, and has no make (issue 37 found exactly this)."""
+    cannot make the venv, and has no make."""
     done = in_rootfs(rootfs, "cd /repo && VENV=/tmp/bare bash scripts/setup-venv.sh")
     assert done.returncode == 2, done.stderr
     assert "python3.11 -m venv failed" in done.stderr and "install python3.11-venv as root" in done.stderr

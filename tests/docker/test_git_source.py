@@ -28,7 +28,7 @@ def repo(tmp_path):
     _git(tmp_path, "init", "-q", str(repo))
     _git(repo, "add", ".")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
-    # what issue 9 found baked into an image: an untracked module with a secret, and an ignored one
+    # what must never be baked into an image: an untracked module with a secret, and an ignored one
     (repo / ".gitignore").write_text("")
     (repo / "pkg" / "_local_settings.py").write_text("TOKEN = 'secret'\n")
     return repo

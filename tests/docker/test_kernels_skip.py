@@ -1,4 +1,4 @@
-"""`KERNELS=skip` says what the node then does (issue 37 item 2: it promised a first-use compilation that the
+"""`KERNELS=skip` says what the node then does (not a first-use compilation, which the
 default fold choice never makes). The kernel stage's record is read as the image would carry it, and the
 fold the node reports with no prebuilt kernels is the overlay's own answer (`fold.describe()`)."""
 

@@ -127,7 +127,7 @@ def _real_lock() -> dict[str, str]:
 REAL_LOCK = _real_lock()
 PINS = [(release, lane) for release in REAL_LOCK["RELEASES"].split(",")
         for lane in REAL_LOCK[f"LANES_{release}"].split(",")]
-#: the digests the issue names (public Dockerfiles; Docker Hub's tag API), re-checked in the lead's reference
+#: the digests known from public Dockerfiles and Docker Hub's tag API
 KNOWN_DIGESTS = {
     ("0.5.19", "cu130"): "sha256:d6e7288627be8b02be88e4bba38e73f6d50e2826869f753c13a4c4385ab3eda9",
     ("0.5.19", "cu129"): "sha256:1173f6a57ac63209b1bfb054e6a7366896fd3df5539c809bbd6d332694e91d15",

@@ -54,7 +54,7 @@ def test_stock_accepted_cases_are_unchanged(reports):
 
 
 def test_stock_builds_a_gdn_replayssm_fold_pool_on_a_pd_decode_server(reports):
-    """What item 2 of issue 13 is about: stock 0.5.19 has no guard there."""
+    """Why the PD decode builder needs the overlay's hook: stock 0.5.19 has no guard there."""
     for case, stock in zip(CASES, reports["stock"]):
         if case.pd_decode and case.model == "qwen3-next" and case.replayssm_spec:
             assert stock["pool"] == {"replayssm_spec_fold": True, "replayssm_is_kda": False, "replayssm_ring": False}, stock

@@ -279,7 +279,7 @@ def test_a_layout_whose_warp_is_not_16_columns_wide_does_not_build():
 @pytest.mark.parametrize("unroll", [3, 5])
 def test_a_step_unroll_that_nvvm_compiles_without_a_remainder_loop_does_not_build(unroll):
     """NVRTC 13.0 compiles the step loop unrolled by 3 or 5 with no remainder: it runs up to 4 steps past the
-    accepted ones, reads past the block's shared memory (the unroll-3 build of session 8 crashed on an H200)
+    accepted ones, reads past the block's shared memory (an unroll-3 build crashed on an H200)
     and folds extra steps. The source refuses such a build instead of making one (notes/perf.md)."""
     with pytest.raises(OverlayError, match="power of two"):
         nvrtc.compile_cubin(SOURCE, [f"-DSTEP_UNROLL={unroll}"])

@@ -306,7 +306,7 @@ def test_gpu_a_fault_only_in_the_staging_path_is_caught(monkeypatch):
     device = torch.device("cuda", torch.cuda.current_device())
     window = selfcheck._verified_window(GPU_TARGET, device, 19)
     expected, tracked = window.replayed()
-    assert selfcheck._commit_differs(window, kernels, expected, tracked) == ""  # the check before this issue
+    assert selfcheck._commit_differs(window, kernels, expected, tracked) == ""  # the single-block check alone
     record = selfcheck.check_before_serving(GPU_TARGET, seed=19)
     assert record["outcome"] == "mismatch" and f"pinned {selfcheck.STAGING_GRID} grid" in record["detail"], record
     assert fold.describe()["fold"] == "sglang"

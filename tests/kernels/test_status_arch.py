@@ -1,5 +1,5 @@
-"""`kernels status --arch 90` says the arch came from the argument, not from a GPU (issue 37 item 4: it
-printed "GPU sm_90" on a machine with none)."""
+"""`kernels status --arch 90` says the arch came from the argument, not from a GPU (never
+"GPU sm_90" on a machine with none)."""
 
 from replayssm_overlay.cli import main
 

@@ -1,6 +1,6 @@
 """An interrupted `apply` or `revert` never leaves a tree that lifts the KDA-only refusal without the commit
 behind it, SIGINT and SIGTERM roll the run back, and `status`/`verify` call a partial tree what it is
-(issue 37 item 1).
+(`notes/decisions.md`, "All or nothing, by order and by rollback").
 
 The signals are real, sent to a real `replayssm-overlay` process by itself at a chosen point of its write
 window: the test's wrapper around `os.replace` and `shutil.rmtree` (the calls by which every write and

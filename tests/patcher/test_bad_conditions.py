@@ -1,4 +1,4 @@
-"""The patcher's command line under bad conditions (issue 14 items 1, 4, 5): every one ends in a message
+"""The patcher's command line under bad conditions: every one ends in a message
 that names the path and what to do (exit 2), never a traceback; unverified files are named in every
 message; odd targets are reported as what they are. The trees are the real pristine 0.5.19 files."""
 

@@ -1,4 +1,4 @@
-"""`--help` of `replayssm-overlay` and every subcommand teaches (issue 14 item 7): an example, text
+"""`--help` of `replayssm-overlay` and every subcommand teaches: an example, text
 wrapped to the terminal, every default shown, and only files that exist named."""
 
 import argparse

@@ -1,5 +1,5 @@
 """A killed patcher leaves nothing the next run does not clean, and only one patcher acts on a tree at a
-time (issue 14 items 2 and 3). The kill is a real SIGKILL of a real `replayssm-overlay` process, made
+time. The kill is a real SIGKILL of a real `replayssm-overlay` process, made
 deterministic by killing it from inside its N-th atomic rename: the temp file is written and fsynced,
 the rename never happens, exactly as a kill at the worst moment leaves it."""
 

@@ -1,4 +1,4 @@
-"""What the patcher says to a person (issue 37 item 4): an unsupported release in one line first, with the
+"""What the patcher says to a person: an unsupported release in one line first, with the
 hashes only on request; a folder that is not SGLang called that; UNVERIFIED said in text as in JSON; no
 record folder promised where there is none; a negative --lock-timeout refused."""
 

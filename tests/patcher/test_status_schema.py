@@ -1,5 +1,5 @@
 """`status --json` has one schema, written down twice: in `status --help` and in the patcher README. Both
-name exactly the keys the command prints (issue 37 item 4: they had drifted apart)."""
+name exactly the keys the command prints (so the two cannot drift apart)."""
 
 import json
 import pathlib

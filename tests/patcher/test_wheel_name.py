@@ -1,6 +1,6 @@
 """The wheel a bare-metal user builds has the name the README and the patched files' fallback message tell
-them to install (issue 37 items 4 and 6: the message named `replayssm_overlay-*.whl`, which never
-existed). Builds the real wheel from the project's files with pip, as the README says."""
+them to install (`sglang_replayssm_overlay-*.whl`, never a
+name no build makes). Builds the real wheel from the project's files with pip, as the README says."""
 
 import fnmatch
 import pathlib

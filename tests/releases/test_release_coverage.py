@@ -1,4 +1,4 @@
-"""A release in the table (`patcher/releases.py`) is everywhere it must appear (issue 38 item 5): each
+"""A release in the table (`patcher/releases.py`) is everywhere it must appear: each
 place that holds a fact per release, in RELEASING.md's order, is checked here against every release of
 the table, so a release added to the table alone fails here, naming the place. What derives from the table
 (setup-venv's later releases, the harness's release trees and parametrized tests, the help texts) needs no

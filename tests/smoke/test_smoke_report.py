@@ -48,7 +48,7 @@ def _closed_port_url() -> str:
 
 
 def test_an_unreachable_target_creates_no_report_folder(tmp_path, capsys):
-    """Issue 37 item 4: it wrote ./smoke-report/ for a typo in the URL."""
+    """A typo in the URL writes no ./smoke-report/ folder."""
     out = tmp_path / "smoke-report"
     code = cli.main(["--target", _closed_port_url(), "--timeout", "2", "--out", str(out), "-q"])
     assert code == 2 and not out.exists()

@@ -1,4 +1,4 @@
-"""`replayssm-smoke` where PyYAML is not importable (issue 14 item 1): `--help` works, a run is a clear
+"""`replayssm-smoke` where PyYAML is not importable: `--help` works, a run is a clear
 exit 2 that says what to install, never a ModuleNotFoundError traceback. PyYAML is made unimportable in
 the subprocess (`sys.modules["yaml"] = None`), as in a Python that lacks it."""
 

@@ -1,4 +1,4 @@
-"""One error tree (issue 38 item 3): every exception class the overlay, the smoke suite and the harness
+"""One error tree: every exception class the overlay, the smoke suite and the harness
 define descends from `replayssm_overlay.errors.OverlayError`, the only one that derives from a built-in
 exception; and `errors.NotCovered` ("the overlay's kernel does not take this call or pool") is caught in
 one place, `fold.covered`, which serving, the fold choice and the self-check all go through. Read with

@@ -1,6 +1,6 @@
-"""No import cycles in the overlay, the smoke suite or the harness (issue 38 item 4): module-level and
+"""No import cycles in the overlay, the smoke suite or the harness: module-level and
 function-level imports both count (`import_graph.py` says why), so a new cycle fails here whichever way it
-is written. The three the issue found (`kernels/commit_plan` -> `loader` -> `cuda_fold` -> `commit_plan`,
+is written. Three cycles the design once had (`kernels/commit_plan` -> `loader` -> `cuda_fold` -> `commit_plan`,
 `harness/demo` <-> `ring_demo`, `harness/release_trees` <-> `sandbox`) are gone; the controls show the
 walk sees a lazy import and a cycle through one."""
 

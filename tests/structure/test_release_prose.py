@@ -1,5 +1,5 @@
 """Every set of releases the repository states (README and the other guides, docstrings, comments, the
-command lines' help) is the release table's (issue 38 item 4): a range that ends at the newest release
+command lines' help) is the release table's: a range that ends at the newest release
 starts at the oldest or at the first ring release, a list names all of them or all ring releases, no code
 keeps a literal list (`release_prose.py` says what is read). Adding a release to the table makes every
 statement that ends at the old newest one fail here, naming file and line, until it is updated or listed

@@ -2,7 +2,7 @@
 
 Why: the commit runs eagerly once per verify step, so every microsecond between the call and the queued
 launch is on each request's path; a launch through ctypes with its arguments made once costs the host
-about 7-9 us a commit on the H200's host, Triton's runner 13-16 (notes/perf.md, session 13). The CUDA commit
+about 7-9 us a commit on the H200's host, Triton's runner 13-16 (notes/perf.md, "What bounds it"). The CUDA commit
 kernel's launch (`cuda_fold`) goes through here, with the kernel's parameters as one buffer, its argument
 struct (`CU_LAUNCH_PARAM_BUFFER_POINTER`; as fast as an array of parameter pointers, measured). A
 `CubinLaunch` holds everything `cuLaunchKernel` takes but the stream as ctypes values, so a launch converts

@@ -14,7 +14,7 @@ the normalization of its k window. The grid (`grid_size`) is as many blocks as t
 persistent grid, each block staging its next item while it folds one), or, where the window is short and the
 work is many times the resident blocks, blocks of a few work units (the hardware's block scheduler then
 balances what a static share leaves to the tail, and each block still stages its second unit while it folds
-its first; notes/perf.md, sessions 11 and 12); the kernel takes any grid.
+its first; notes/perf.md, "Levers tried"); the kernel takes any grid.
 
 `CudaKernels` is the launch source of the "overlay-cuda" fold choice, with the `prepare` method of
 `launch.JitKernels` (the Triton twin). Its binary is an sm_90 cubin from the artifact folder (compiled with
@@ -276,7 +276,7 @@ def grid_size(packed: FoldArgs, team: int, resident: int, has_track: bool, grid:
     -3.5% against persistent, -2% against a block per unit). With fewer waves the last blocks would start only
     after the first had folded everything (up to +24%). "per-item" and "pairs" pin blocks of 1 and 2 units,
     "strided" STRIDED_BLOCKS blocks (each stages its next unit at every unit but its last, and steps the unit
-    cursor by a stride that carries across its digits). Measured: notes/perf.md, session 12."""
+    cursor by a stride that carries across its digits). Measured: notes/perf.md, "Levers tried"."""
     work = work_units(packed, team, columns)
     if grid == "strided":
         return min(STRIDED_BLOCKS, work)
@@ -290,7 +290,7 @@ def grid_size(packed: FoldArgs, team: int, resident: int, has_track: bool, grid:
 
 def auto_share(window: int, has_track: bool) -> int:
     """Work units a block of the auto grid folds where its window is short enough (0: persistent): half the
-    window's steps, at least 2 (measured best at windows 2-8: notes/perf.md, session 12)."""
+    window's steps, at least 2 (measured best at windows 2-8: notes/perf.md, "Levers tried")."""
     return max(2, window // 2) if window <= AUTO_SHARE_MAX_WINDOW[has_track] else 0
 
 

@@ -459,7 +459,7 @@ __device__ __forceinline__ void normalize_share(const FoldArgs& a, const Item& x
 // The step loop is unrolled by 4: its copies then know t % 4, the register that holds their step's raw v
 // (VWin). Unrolled by 3 or 5, NVVM (NVRTC 13.0 and 12.9) compiles this loop, whose trip count is a min(), with
 // no remainder: it runs a multiple of the unroll, up to 4 steps past the accepted ones, reading k rows past
-// the buffers (past the block's shared memory: the PREFETCH=2 build's crash, notes/perf.md session 9) and, at
+// the buffers (past the block's shared memory: the PREFETCH=2 build's crash, notes/perf.md, "Levers tried") and, at
 // windows of 31 or more, shuffling the gates of lane t % 32. Unrolls by 2, 4 and 8 keep their remainder (a
 // loop; at 2 one peeled step) under both (the PTX and SASS, notes/perf.md).
 #ifndef STEP_UNROLL
