@@ -288,3 +288,30 @@ def test_the_floor_counts_each_routers_healthy_workers():
         "batch 2 (1 node(s): d) would take 1 of the 1 healthy workers of the router at http://other out at once, "
         "leaving 0, below its floor sglang_router_min_healthy=1"]
     assert f.sglang_router_floor_problems([["a", "b"]], nodes, listings, False)[0].startswith("the batch (2 node(s)")
+
+
+WRONG_TYPES = {  # a variable of a wrong type or value, and what Ansible's role argument check says
+    "flags not a mapping": ({"sglang_flags": "enable-linear-replayssm-spec"}, "sglang_flags"),
+    "port not a number": ({"sglang_port": "http"}, "sglang_port"),
+    "unknown image source": ({"sglang_image_source": "ftp"}, "sglang_image_source must be one of: registry, tarball"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_TYPES))
+def test_a_wrong_type_is_refused_by_the_role_argument_specs_before_any_task(case, tmp_path):
+    overrides, message = WRONG_TYPES[case]
+    inventory = tmp_path / "inv.json"
+    inventory.write_text(json.dumps({"sglang_nodes": {"hosts": {"gpu01": {**GOOD, **overrides}}}}))
+    proc = _playbook(inventory, "preflight.yml", "--tags", "static")
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert "Validation of arguments failed" in flat and message in flat, proc.stdout[-3000:]
+    assert "TASK [sglang_preflight : Ansible is recent enough]" not in proc.stdout  # before the role's first task
+
+
+def test_ansible_doc_renders_every_role_spec():
+    roles = sorted(p.name for p in (DEPLOY / "roles").iterdir() if p.is_dir())
+    proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "role", "-r", str(DEPLOY / "roles"), *roles],
+                          capture_output=True, text=True, env=_env(), cwd=DEPLOY, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sglang_router_drain_timeout_action" in proc.stdout and "Choices: [stop, continue]" in proc.stdout

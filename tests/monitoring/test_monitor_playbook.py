@@ -47,7 +47,7 @@ def _cases(tmp_path: Path) -> dict:
             {"sglang_model_path": "/models/Llama-3-70B"},
             "profile 'default' (model '/models/Llama-3-70B') has no baseline_accept_length",
         ),
-        "unknown scheduler": ({"sglang_monitor_scheduler": "cron"}, "sglang_monitor_scheduler systemd or none"),
+        "unknown scheduler": ({"sglang_monitor_scheduler": "cron"}, "sglang_monitor_scheduler must be one of: systemd, none"),
         "bad smoke argument": (
             {"sglang_monitor_smoke_args": ["--concurrency", "0"]},
             "--concurrency must be in [1, 64]",
