@@ -314,4 +314,4 @@ def test_ansible_doc_renders_every_role_spec():
     proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "role", "-r", str(DEPLOY / "roles"), *roles],
                           capture_output=True, text=True, env=_env(), cwd=DEPLOY, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "sglang_router_drain_timeout_action" in proc.stdout and "Choices: [stop, continue]" in proc.stdout
+    assert "sglang_router_drain_timeout_action" in proc.stdout and "choices: [stop, continue]" in proc.stdout
