@@ -39,14 +39,14 @@ demo-json: setup-demo ## main job as JSON, only JSON on stdout (progress on stde
 test: setup ## run all tests: root, ~41 min on 2 cores (+16 first setup), Docker daemons, test hosts (README)
 	bash scripts/run-tests.sh
 
-# the units of the package, the patcher, the hooks and the smoke client, the release table and the repository's
-# structure: no root, no Docker, no network namespaces, no copies of SGLang probed in subprocesses (`probe`)
-FAST_TESTS = tests/structure tests/patcher tests/hooks tests/smoke tests/kernels tests/aot tests/releases \
-  tests/monitoring/test_overlay_metrics.py tests/test_layout_imports.py tests/test_make_entry_points.py \
-  tests/test_benchmark_run.py
-test-fast: ## the unit tier, one pytest run: no root, Docker or test hosts; ~2.5 min on 2 cores (README)
+# the unit tier (tests/conftest.py's UNIT_TIER, by folder): no root, no Docker, no network namespaces, no copies
+# of SGLang probed in subprocesses (`probe`); in random order (pytest-randomly prints its seed; adding
+# `--randomly-seed=N` to the same command reruns that order)
+test-fast: ## the unit tier, one pytest run in random order: no root, Docker or test hosts (README for times)
 	@bash scripts/need-venv.sh $(PY) $@
-	PY=$(PY) bash scripts/run-tests.sh -q -m "not slow and not gpu and not probe" $(FAST_TESTS)
+	@$(PY) -c "import pytest_randomly" 2>/dev/null || { echo "make test-fast: pytest-randomly is missing;" \
+	  "run make setup (scripts/setup-venv.sh pins it)" >&2; exit 2; }
+	PY=$(PY) bash scripts/run-tests.sh -q -p randomly --tier unit -m "not slow and not gpu and not probe"
 
 status: ## ambiguous on purpose: says to use patch-status (SGLang's files) or fleet-status (the nodes)
 	@echo "make status: which one? make patch-status (is .venv's SGLang patched) or make fleet-status INVENTORY=... (what each node runs)" >&2

