@@ -13,7 +13,7 @@ include harness/harness.mk
 include docker/docker.mk
 include deploy/deploy.mk
 
-.PHONY: help setup setup-demo demo demo-json test test-fast status
+.PHONY: help setup setup-demo demo demo-json test test-fast lint status
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort -t: -k1,1 | awk -F':.*## ' \
 	  '{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > width) width = length($$1) } \
@@ -47,6 +47,11 @@ test-fast: ## the unit tier, one pytest run in random order: no root, Docker or 
 	@$(PY) -c "import pytest_randomly" 2>/dev/null || { echo "make test-fast: pytest-randomly is missing;" \
 	  "run make setup (scripts/setup-venv.sh pins it)" >&2; exit 2; }
 	PY=$(PY) bash scripts/run-tests.sh -q -p randomly --tier unit -m "not slow and not gpu and not probe"
+
+lint: ## ruff check and ruff format --check over every Python file (pyproject.toml's [tool.ruff]; seconds)
+	@bash scripts/need-venv.sh $(PY) $@
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 status: ## ambiguous on purpose: says to use patch-status (SGLang's files) or fleet-status (the nodes)
 	@echo "make status: which one? make patch-status (is .venv's SGLang patched) or make fleet-status INVENTORY=... (what each node runs)" >&2

@@ -22,7 +22,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-VENV_TARGETS = ("test-patcher", "patch-status", "test-hooks", "aot-test", "aot-build", "test-fast")
+VENV_TARGETS = ("test-patcher", "patch-status", "test-hooks", "aot-test", "aot-build", "test-fast", "lint")
 
 
 def make(*args: str, env=None) -> subprocess.CompletedProcess:
