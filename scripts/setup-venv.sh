@@ -66,5 +66,11 @@ for release in $later; do
     && echo "setup-venv: sglang $release imports" >&2 \
     || { echo "setup-venv: sglang $release does not import from $dir" >&2; exit 1; }
 done
+# the release the patcher tests must refuse, read by tests/patcher/conftest.py from .cache/wheels: fetched
+# here so that `make test-fast` needs no network
+if ! ls .cache/wheels/sglang-0.5.18-*.whl >/dev/null 2>&1; then
+  echo "setup-venv: the SGLang 0.5.18 wheel (refused by the patcher tests) into .cache/wheels" >&2
+  "$VENV/bin/python" -m pip download -q --no-deps --disable-pip-version-check sglang==0.5.18 -d .cache/wheels >&2
+fi
 echo "$want" > "$stamp"
 echo "setup-venv: done" >&2

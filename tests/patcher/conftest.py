@@ -1,7 +1,7 @@
 """Fixtures for the patcher tests: the REAL pristine target files (from the installed SGLang 0.5.19, whose
 bytes the release table pins) laid out in a throw-away `sglang` tree per test, and the same files from
-the real SGLang 0.5.18 wheel (downloaded once into <repo>/.cache/wheels) as a release the patcher must
-refuse. Nothing here writes to the installed SGLang.
+the real SGLang 0.5.18 wheel (in <repo>/.cache/wheels, where `make setup` puts it; downloaded here only if it
+is missing) as a release the patcher must refuse. Nothing here writes to the installed SGLang.
 """
 
 import pathlib
