@@ -42,7 +42,7 @@ test: setup ## run all tests: root, ~41 min on 2 cores (+16 first setup), Docker
 # the unit tier (tests/conftest.py's UNIT_TIER, by folder): no root, no Docker, no network namespaces, no copies
 # of SGLang probed in subprocesses (`probe`); in random order (pytest-randomly prints its seed; adding
 # `--randomly-seed=N` to the same command reruns that order)
-test-fast: ## the unit tier, one pytest run in random order: no root, Docker or test hosts (README for times)
+test-fast: ## the unit tier in random order, no root, Docker or network: ~2 min CPU, 3-9 min wall on 2 shared cores
 	@bash scripts/need-venv.sh $(PY) $@
 	@$(PY) -c "import pytest_randomly" 2>/dev/null || { echo "make test-fast: pytest-randomly is missing;" \
 	  "run make setup (scripts/setup-venv.sh pins it)" >&2; exit 2; }

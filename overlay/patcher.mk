@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 
 .PHONY: test-patcher patch-status
-test-patcher: ## run the patcher's tests (real SGLang 0.5.19 files; under a minute)
+test-patcher: ## run the patcher's tests (real SGLang 0.5.19 files): ~45 s CPU, 1-2 min wall on 2 shared cores
 	@bash scripts/need-venv.sh $(PY) $@
 	$(PY) -m pytest tests/patcher -q
 
