@@ -135,12 +135,13 @@ def _commit(row: Row, fold: str | None) -> str:
     return f"the overlay's fold ({fold})" if fold in OVERLAY_FOLDS else "the chosen fold"
 
 
+FLOAT16_EXACT_BFLOAT16_EXPONENT = -17  # float16 holds every bfloat16 value from 2^-17 to 65504 in magnitude exactly
 CONV_DTYPE_CAVEAT = (
     "k and v are stored in the ring in {ring} before the fold, as in SGLang's own ReplaySSM: activations it "
     "cannot hold exactly are rounded, so that state is not the ReplaySSM-off one, and the self-check cannot "
-    "see it: a float16 model on a bfloat16 ring, and with SGLANG_MAMBA_CONV_DTYPE=float16 bfloat16 values "
-    "below 2^-14 in magnitude (float16's subnormals keep fewer bits: 3 of 2^20 SiLU outputs of N(0, 1) "
-    "inputs changed)")
+    "see it: a float16 model on a bfloat16 ring, and with SGLANG_MAMBA_CONV_DTYPE=float16 the bfloat16 values "
+    f"below 2^{FLOAT16_EXACT_BFLOAT16_EXPONENT} in magnitude (float16's subnormals keep fewer bits) or above "
+    "65504: 8 to 11 of 2^20 SiLU outputs of N(0, 1) inputs")
 
 
 def conv_dtype_caveat(ring_dtype: str | None) -> str:

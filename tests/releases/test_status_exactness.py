@@ -142,3 +142,19 @@ def test_on_a_ring_release_the_kernels_name_sglangs_mtp_commit(tree_of, capsys, 
 
 def test_the_stated_ring_bound_is_the_one_the_ring_cycle_holds():
     assert exactness.RING_ERROR_BOUND == RING_ERROR_BOUND
+
+
+def test_the_float16_ring_caveat_states_which_bfloat16_values_float16_holds():
+    import torch
+
+    values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    values = values[torch.isfinite(values)]
+    lost, size = values.half().bfloat16() != values, values.float().abs()
+    low = 2.0 ** exactness.FLOAT16_EXACT_BFLOAT16_EXPONENT
+    assert not lost[(size >= low) & (size <= 65504)].any() and lost[size < low].any() and lost[size > 65504].all()
+    changed = []
+    for seed in range(3):
+        x = torch.randn(2**20, generator=torch.Generator().manual_seed(seed)).bfloat16()
+        silu = torch.nn.functional.silu(x.float()).bfloat16()
+        changed.append(int((silu.half().bfloat16() != silu).sum()))
+    assert (min(changed), max(changed)) == (8, 11) and "8 to 11 of 2^20 SiLU outputs" in exactness.conv_dtype_caveat(None)
