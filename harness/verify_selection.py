@@ -60,7 +60,8 @@ def sglang_verifies_with_flashinfer(flags: dict, sm_major: int) -> bool:
 
     _FlashInferKernel.sm_major = sm_major
     defaults = [None]
-    if flags["linear_attn_prefill_backend"] is None and flags["linear_attn_backend"] == "triton" and sm_major in (9, 10):
+    prefill_flag, base = flags["linear_attn_prefill_backend"], flags["linear_attn_backend"]
+    if prefill_flag is None and base == "triton" and sm_major in (9, 10):
         defaults.append("flashinfer")
     picks = []
     with published("DFLASH", **flags):

@@ -21,7 +21,7 @@ import sys
 import replayssm_overlay
 from replayssm_overlay import exactness, fold, patcher, protocol, records, selfcheck
 from replayssm_overlay.aot.cli import add_build
-from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, emit, emit_line, print_json
 from replayssm_overlay.errors import OverlayError, from_os_error
 from replayssm_overlay.kernels.cli import register as register_kernels
 from replayssm_overlay.metrics_cli import register as register_metrics
@@ -316,7 +316,7 @@ def _diff(args) -> int:
     if args.json:
         print_json({"diff": text})
     else:
-        sys.stdout.write(text)
+        emit(text)
     return EXIT_OK
 
 
@@ -425,4 +425,4 @@ def _report(args, result: dict, text: str) -> None:
     if args.json:
         print_json(result)
     else:
-        print(text)
+        emit_line(text)

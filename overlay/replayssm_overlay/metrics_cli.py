@@ -8,10 +8,9 @@ a rename), so a scrape never reads half a file.
 
 from __future__ import annotations
 
-import sys
 
 from replayssm_overlay import metrics
-from replayssm_overlay.cliutil import EXIT_OK, HelpFormatter, atomic_write, print_json
+from replayssm_overlay.cliutil import EXIT_OK, HelpFormatter, atomic_write, emit, print_json
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.promtext import parse_labels
 
@@ -87,5 +86,5 @@ def _metrics(args, report) -> int:
     if args.out:
         atomic_write(args.out, text)
     else:
-        sys.stdout.write(text)
+        emit(text)
     return EXIT_OK

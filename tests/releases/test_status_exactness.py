@@ -157,4 +157,5 @@ def test_the_float16_ring_caveat_states_which_bfloat16_values_float16_holds():
         x = torch.randn(2**20, generator=torch.Generator().manual_seed(seed)).bfloat16()
         silu = torch.nn.functional.silu(x.float()).bfloat16()
         changed.append(int((silu.half().bfloat16() != silu).sum()))
-    assert (min(changed), max(changed)) == (8, 11) and "8 to 11 of 2^20 SiLU outputs" in exactness.conv_dtype_caveat(None)
+    assert (min(changed), max(changed)) == (8, 11)
+    assert "8 to 11 of 2^20 SiLU outputs" in exactness.conv_dtype_caveat(None)

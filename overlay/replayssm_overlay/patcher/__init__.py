@@ -107,6 +107,13 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
         ],
     }
     record_current = tree.manifest_matches(manifest) and tree.pristine_copies_match()
+    by_path = {f.relpath: f for f in tree.files}
+    if patched or not record_current:  # what the writes below need, checked by a dry run too
+        blocked = store.unwritable_folders(
+            [store.pristine_copy_path(tree.sglang_dir, f.relpath) for f in tree.files]
+            + [by_path[rel].path for rel in patched] + [store.manifest_path(tree.sglang_dir)])
+        if blocked:
+            raise messages.unwritable("patch", tree.sglang_dir, blocked)
     result["changed"] = not dry_run and not (record_current and not patched)
     if dry_run:
         result["message"] = messages.dry_run(tree, len(patched), leftovers)
@@ -120,7 +127,6 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
                     f.base)
         for f in tree.files
     ]
-    by_path = {f.relpath: f for f in tree.files}
     modules = [
         writes.Step(rel, by_path[rel].path, patched[rel], module=True) for rel in writes.apply_order(patched)
     ]
@@ -222,6 +228,11 @@ def _revert(sglang_dir) -> dict:
         raise messages.refusal(
             "revert", tree.sglang_dir, refusals, "see each file above", messages.leftovers_note(leftovers, False)
         )
+    record = store.state_dir(tree.sglang_dir)
+    blocked = store.unwritable_folders([f.path for f, _ in restores] + ([record / "manifest.json", record]
+                                                                         if record.exists() and not left else []))
+    if blocked:
+        raise messages.unwritable("revert", tree.sglang_dir, blocked)
     by_path = {f.relpath: (f, data) for f, data in restores}
     steps = [
         writes.Step(rel, by_path[rel][0].path, by_path[rel][1], module=True) for rel in writes.revert_order(by_path)
@@ -232,7 +243,6 @@ def _revert(sglang_dir) -> dict:
         then=None if left else lambda: record_removed.append(store.remove_state_dir(tree.sglang_dir)),
     )
     removed = any(record_removed)
-    record = store.state_dir(tree.sglang_dir)
     kept_record = record if left and record.exists() else None
     return {
         "action": "revert",

@@ -11,6 +11,7 @@ unreadable file) is a refusal that names the path, never a traceback.
 """
 
 import json
+import os
 import pathlib
 import shutil
 
@@ -106,6 +107,20 @@ def remove_state_dir(sglang_dir: pathlib.Path) -> bool:
     except OSError as err:
         raise from_os_error(err, "remove the record folder", err.filename or path) from err
     return True
+
+
+def unwritable_folders(paths) -> list:
+    """The folders that writing (or removing) each of `paths` changes -- its folder, or the nearest one that
+    exists, where the write would create it -- which this process may not change (permissions, a read-only
+    file system), each once, in order."""
+    found = []
+    for path in paths:
+        folder = pathlib.Path(path).parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if folder not in found and not os.access(folder, os.W_OK | os.X_OK):
+            found.append(folder)
+    return found
 
 
 def write_module(path: pathlib.Path, data: bytes) -> None:
