@@ -39,9 +39,11 @@ class Tree:
         return [f.relpath for f in self.files if f.unverified]
 
     def release_label(self) -> str:
-        """What the messages call the installation: the release, every target file that is unverified and
-        every fingerprint file that is not the release's."""
+        """What the messages call the installation: the release, the release it declares where that is
+        another, every target file that is unverified and every fingerprint file that is not the release's."""
         label = self.release or "(release unidentified)"
+        if self.release and self.declared and self.declared != self.release:
+            label += f" by its files' bytes (the installation declares {self.declared})"
         unverified = self.unverified_files()
         if unverified:
             label += (
