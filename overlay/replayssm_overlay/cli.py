@@ -205,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples("replayssm-overlay revert && replayssm-overlay status"),
         help="restore the pristine files and remove the manifest folder (idempotent)",
         description="Restore the exact pristine bytes of every patched file (checked against the release "
-        "table or the manifest before writing), then delete the manifest folder. Refuses, changing "
+        "table or the manifest before writing), its modification time and the cached bytecode apply found, "
+        "then delete the manifest folder. Refuses, changing "
         "nothing, if a file changed after it was patched. A target that is missing or a directory is left "
         "as it is and named, the other files are restored and the manifest folder is kept (exit 1). Temp "
         "files a killed run left are removed first (and listed).",

@@ -22,6 +22,7 @@ same order and rolls back failed writes, and signals act as the program defines.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -45,12 +46,15 @@ def revert_order(relpaths) -> list:
 
 @dataclass
 class Step:
-    """Write `data` to `path` (`module`: a Python module of SGLang's, whose cached bytecode goes too)."""
+    """Write `data` to `path` (`module`: a Python module of SGLang's, whose cached bytecode goes too), then
+    set its modification time to `mtime_ns` where given (a restored module's, so that its restored cached
+    bytecode stays valid)."""
 
     label: str
     path: object
     data: bytes
     module: bool = False
+    mtime_ns: int | None = None
     previous: bytes | None = field(default=None, repr=False)  # what was there before the step; None: nothing
 
 
@@ -75,6 +79,8 @@ def run(verb: str, steps: list, *, sglang_dir, created_record: bool, then=None) 
                 step.previous = _read(step.path)
                 done.append(step)
                 _write(step, step.data)
+                if step.mtime_ns is not None:
+                    os.utime(step.path, ns=(step.mtime_ns, step.mtime_ns))
         except (OSError, OverlayError) as err:
             undone = _roll_back(done, sglang_dir, created_record)
             raise _failure(verb, err, undone, len(done), len(steps)) from err
