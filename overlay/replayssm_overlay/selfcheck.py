@@ -44,7 +44,7 @@ CONV_DIM, CONV_WIDTH = 64, 3  # the check's conv state per slot (the commit's co
 STAGING_GRID = "strided"  # the CUDA kernel's pinned grid on which each block folds several items (has_next)
 
 logger = logging.getLogger("replayssm_overlay.selfcheck")
-_checked = {}  # Geometry -> its record: the check runs once per process and pool geometry
+_checked = {}  # (Geometry, stock verify kernel) -> its record: the check runs once per process and pool geometry
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def check_before_serving(geometry: Geometry, *, seed: int | None = None, protoco
     `protocol_name`: the installed release's (`protocol.installed()` where not given); on a ring release
     nothing is checked. `stock_verify`: the kernel stock SGLang verifies with on this server's flags when
     ReplaySSM is off (`verify_kernel.stock_verify_kernel`), None where unknown; it picks the claim."""
-    if geometry in _checked:
-        return _checked[geometry]
+    if (geometry, stock_verify) in _checked:
+        return _checked[geometry, stock_verify]
     from replayssm_overlay import fold
 
     started = time.monotonic()
@@ -114,7 +114,7 @@ def check_before_serving(geometry: Geometry, *, seed: int | None = None, protoco
         "commit": claim["commit"], "exactness": claim, "seconds": round(time.monotonic() - started, 3), **timing,
     }
     records.write("selfcheck", record, logger)
-    _checked[geometry] = record
+    _checked[geometry, stock_verify] = record
     return record
 
 
