@@ -69,4 +69,5 @@ def choose(requested: str, target: dict, reference: dict | None) -> tuple[str, s
         return TIE_AWARE, (f"{where}, but the reference ({given_flags(reference)}, --mamba-ssm-dtype "
                            f"{reference.get('mamba_ssm_dtype') or 'unset'}) may verify with FlashInfer's MTP kernel "
                            f"or keep another state: strict parity needs {row.reference}")
-    return TIE_AWARE, f"{where}: {row.statement.format(state=target.get('mamba_ssm_dtype'))}"
+    return TIE_AWARE, (f"{where}: {row.statement.format(state=target.get('mamba_ssm_dtype'))}; strict parity: "
+                       f"{row.reference}")
