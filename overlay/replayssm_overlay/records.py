@@ -37,6 +37,7 @@ import tempfile
 from pathlib import Path
 
 from replayssm_overlay.cliutil import atomic_write_json
+from replayssm_overlay.protocol import sglang_location
 
 ENV_DIR = "RSO_STATE_DIR"
 KINDS = ("selfcheck", "fallbacks")
@@ -121,8 +122,6 @@ def _file_name(kind: str, process: dict) -> str:
 
 def imported_sglang_dir() -> str | None:
     """The `sglang` package directory this process imported (or would import), resolved, or None."""
-    from replayssm_overlay.protocol import sglang_location
-
     location = sglang_location()
     return str(location) if location else None
 
