@@ -257,3 +257,24 @@ def test_lines_from_another_overlay_version_are_reverted_not_overwritten(sglang_
     assert snapshot(sglang_tree) == before
     patcher.revert(sglang_tree)
     assert sha_of(sglang_tree) == RELEASES["0.5.19"]
+
+
+def test_an_apply_that_fails_midway_gives_the_tree_back_byte_for_byte(sglang_tree, monkeypatch):
+    """The manifest's write fails after both commit modules were written: the rollback puts back their
+    bytes, modification times and the cached bytecode their writes deleted."""
+    import py_compile
+
+    for rel in TARGET_FILES:
+        py_compile.compile(str(sglang_tree / rel), doraise=True)
+    before = _files(sglang_tree)
+    write_record_file = store.write_record_file
+
+    def failing(path, data):
+        if path == store.manifest_path(sglang_tree):
+            raise OSError(28, "No space left on device", str(path))
+        write_record_file(path, data)
+
+    monkeypatch.setattr(store, "write_record_file", failing)
+    with pytest.raises(OverlayError, match="every file is as it was before the run"):
+        patcher.apply(sglang_tree)
+    assert _files(sglang_tree) == before and not store.state_dir(sglang_tree).exists()
