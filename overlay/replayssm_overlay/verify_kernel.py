@@ -14,9 +14,10 @@ backend (`--linear-attn-decode-backend`, else `--linear-attn-backend`) is flashi
 a verify backend of triton verifies with Triton; any other verifies with FlashInfer's MTP kernel where the
 decode or the prefill backend is flashinfer and the GPU is SM90 or SM100 (FlashInfer's
 `supports_target_verify`), else with Triton. The prefill backend is `--linear-attn-prefill-backend`, else
-`--linear-attn-backend`; with neither prefill flag nor a base backend other than triton, SGLang defaults
-prefill to FlashInfer on SM90/SM100 for models and chunk sizes it validated, which this rule, not knowing
-the model's chunking, counts as FlashInfer (it never calls a FlashInfer verify Triton).
+`--linear-attn-backend`; with no prefill flag and the base backend triton, SGLang defaults prefill to
+FlashInfer on SM90/SM100 for the models and chunk sizes it validated, which this rule, not knowing those,
+counts as FlashInfer: it may call a Triton verify FlashInfer (and name a Triton reference where the plain
+one would do), never the other way round.
 
 Standard library only: `status` and the smoke suite use it without SGLang.
 """
