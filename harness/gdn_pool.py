@@ -25,6 +25,7 @@ class TinyGDN:
     head_v_dim: int = 32  # V
     conv_kernel: int = 4
     conv_dtype: torch.dtype = torch.float32
+    state_dtype: torch.dtype = torch.float32  # the SSM state (--mamba-ssm-dtype)
 
     @property
     def key_dim(self) -> int:
@@ -40,7 +41,8 @@ class TinyGDN:
         return 2 * self.key_dim + self.value_dim
 
     def describe(self) -> dict:
-        return {**asdict(self), "conv_dtype": str(self.conv_dtype).replace("torch.", "")}
+        return {**asdict(self), "conv_dtype": str(self.conv_dtype).replace("torch.", ""),
+                "state_dtype": str(self.state_dtype).replace("torch.", "")}
 
 
 def cache_params(model: TinyGDN):
@@ -60,7 +62,7 @@ def cache_params(model: TinyGDN):
     return Mamba2CacheParams(
         shape=shape,
         layers=list(range(model.layers)),
-        dtype=Mamba2StateDType(conv=model.conv_dtype, temporal=torch.float32),
+        dtype=Mamba2StateDType(conv=model.conv_dtype, temporal=model.state_dtype),
     )
 
 

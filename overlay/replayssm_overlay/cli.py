@@ -22,7 +22,7 @@ import sys
 import replayssm_overlay
 from replayssm_overlay import exactness, fold, patcher, protocol, records, selfcheck
 from replayssm_overlay.aot.cli import add_build
-from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, emit, emit_line, print_json
 from replayssm_overlay.errors import OverlayError, from_os_error
 from replayssm_overlay.kernels.cli import register as register_kernels
 from replayssm_overlay.metrics_cli import register as register_metrics
@@ -75,26 +75,39 @@ JSON (--json), schema 1:
                     repair[] (the apply and the revert command that repair
                     it), detail}}; status then exits 1
   kernels           replayssm_overlay.fold.describe(): the fold kernel this
-                    node would commit with (none commits on a ring release:
-                    see exactness.commit)
-  exactness         what commits and what its state is bitwise equal to, from
-                    the protocol and the newest live serving process's record
-                    (state and ring dtype, fold in use): protocol, commit,
-                    bitwise_equal_to (replayssm-off-state | sglang-mtp-commit |
-                    null: no bitwise claim), statement, caveats[]
-  selfcheck[]       one per serving process that ran the check before serving
-                    (newest first; records in $RSO_STATE_DIR, default
-                    <tmp>/replayssm-overlay; each names its process by PID,
-                    start time, PID namespace and boot): pid, alive (true only
-                    where this process can tell it runs), liveness (alive |
-                    dead | unknown: another PID namespace, an older record),
+                    node would commit with, and the shapes this tree's live
+                    serving processes ran with SGLang's fold
+                    (fallbacks_recorded); on a ring release fold is
+                    sglang-mtp-commit (SGLang's own MTP commit commits; the
+                    overlay's fold kernels are not used)
+  exactness         the row of the README's table "What is bitwise where"
+                    that applies, from the protocol and the newest live
+                    serving process of this tree (its record: state and ring
+                    dtype, fold in use, the kernel stock SGLang verifies with
+                    on its flags with ReplaySSM off): row, protocol, commit,
+                    bitwise_equal_to (replayssm-off-state |
+                    replayssm-off-state-triton-verify | sglang-mtp-commit |
+                    null: no bitwise claim), statement, caveats[], parity
+                    (what replayssm-smoke --parity auto runs against the same
+                    algorithm with ReplaySSM off: strict | tie-aware),
+                    strict_reference (what that reference must run)
+  selfcheck[]       one per serving process on this node that ran the check
+                    before serving (newest first; records in $RSO_STATE_DIR,
+                    default <tmp>/replayssm-overlay; each names its process by
+                    PID, start time, PID namespace and boot, and its SGLang
+                    tree): pid, scope (tree: a process that imported this
+                    tree | node: another tree's, listed as node-wide and not
+                    used for exactness), sglang_dir, alive (true only where
+                    this process can tell it runs), liveness (alive | dead |
+                    unknown: another PID namespace or boot, an older record),
                     liveness_detail, time, outcome (passed | mismatch | error |
                     not-covered | sglang-fold | ring-commit: nothing checked,
                     SGLang's MTP commit commits), detail, seed, geometry,
                     protocol, fold (the fold it commits with after the check),
-                    commit, exactness, seconds, staging_seconds (the CUDA
-                    kernel's pinned staging grid), path; or problem (an
-                    unreadable record)
+                    stock_verify_kernel (triton | flashinfer), commit,
+                    exactness, seconds, staging_seconds (the CUDA kernel's
+                    pinned staging grid), path; or problem (an unreadable
+                    record)
   files[]           one per target file: relpath, path, state (pristine |
                     patched | unknown | missing), sha256 (now, or null),
                     pristine_sha256 (the base, if it can be restored exactly),
@@ -193,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples("replayssm-overlay revert && replayssm-overlay status"),
         help="restore the pristine files and remove the manifest folder (idempotent)",
         description="Restore the exact pristine bytes of every patched file (checked against the release "
-        "table or the manifest before writing), then delete the manifest folder. Refuses, changing "
+        "table or the manifest before writing), its modification time and the cached bytecode apply found, "
+        "then delete the manifest folder. Refuses, changing "
         "nothing, if a file changed after it was patched. A target that is missing or a directory is left "
         "as it is and named, the other files are restored and the manifest folder is kept (exit 1). Temp "
         "files a killed run left are removed first (and listed).",
@@ -304,7 +318,7 @@ def _diff(args) -> int:
     if args.json:
         print_json({"diff": text})
     else:
-        sys.stdout.write(text)
+        emit(text)
     return EXIT_OK
 
 
@@ -313,16 +327,25 @@ def status_report(sglang_dir) -> dict:
     records and what commits (exactness)."""
     result = patcher.status(sglang_dir)
     result["protocol"] = protocol.of_tree(sglang_dir)
-    result["kernels"] = fold.describe()
-    result["selfcheck"] = selfcheck.read_records()
+    result["kernels"] = _kernels(result["protocol"], sglang_dir)
+    result["selfcheck"] = selfcheck.read_records(sglang_dir=sglang_dir)
     result["exactness"] = _exactness(result)
     return result
 
 
+def _kernels(tree_protocol: str | None, sglang_dir) -> dict:
+    """`fold.describe()` with the fallbacks of this tree's serving processes; on a ring release what commits
+    instead (the overlay's fold kernels are not used there)."""
+    if tree_protocol == protocol.RING:
+        return {"fold": exactness.RING_COMMIT, "reason": f"this release commits with SGLang's own MTP commit "
+                f"({protocol.MTP_COMMIT}); the overlay's fold kernels are not used", "decided": True,
+                "fallbacks_recorded": []}
+    return {**fold.describe(), "fallbacks_recorded": fold.recorded_fallbacks(sglang_dir)}
+
+
 def _status(args) -> int:
     result = status_report(_target(args))
-    kernels = ("(not used on this release) " if result["protocol"] == protocol.RING else "") + ", ".join(
-        f"{k}={v}" for k, v in result["kernels"].items())
+    kernels = ", ".join(f"{k}={v}" for k, v in result["kernels"].items())
     rows = [("FILE", "STATE", "RELEASE", "SHA256")] + [
         (
             f["relpath"],
@@ -358,12 +381,14 @@ def _status(args) -> int:
 def _exactness(result: dict) -> dict:
     """`exactness.describe` for this tree's protocol and the newest live serving process's pool (its
     self-check record), else the fold this process would choose."""
-    live = next((r for r in result["selfcheck"] if r.get("alive") and isinstance(r.get("geometry"), dict)), None)
+    live = next((r for r in result["selfcheck"] if r.get("alive") and r.get("scope") == records.TREE
+                 and isinstance(r.get("geometry"), dict)), None)
     if live is None:
         return exactness.describe(result["protocol"], fold=result["kernels"].get("fold"))
     return exactness.describe(result["protocol"], fold=(live.get("fold") or {}).get("fold"),
                               state_dtype=live["geometry"].get("state_dtype"),
-                              ring_dtype=live["geometry"].get("ring_dtype"))
+                              ring_dtype=live["geometry"].get("ring_dtype"),
+                              stock_verify=live.get("stock_verify_kernel"))
 
 
 _LIVENESS = {records.ALIVE: "running", records.DEAD: "exited"}
@@ -374,12 +399,14 @@ def _selfcheck_lines(entries: list) -> str:
         return f"selfcheck: no serving process has run it (records in {records.record_dir()})\n"
     lines = []
     for r in entries:
+        label = "selfcheck" if r["scope"] == records.TREE else (
+            f"node-wide, SGLang at {r.get('sglang_dir') or 'an unnamed tree'}")
         if "problem" in r:
-            lines.append(f"selfcheck: {r['path']}: {r['problem']}")
+            lines.append(f"{label}: {r['path']}: {r['problem']}")
         else:
             state = _LIVENESS.get(r["liveness"]) or f"{r['liveness']}: {r['liveness_detail']}"
             fold_used = (r.get("fold") or {}).get("fold", "-")
-            lines.append(f"selfcheck: pid {r['pid']} ({state}): {r['outcome']}, fold {fold_used}: {r['detail']}")
+            lines.append(f"{label}: pid {r['pid']} ({state}): {r['outcome']}, fold {fold_used}: {r['detail']}")
     return "\n".join(lines) + "\n"
 
 
@@ -400,4 +427,4 @@ def _report(args, result: dict, text: str) -> None:
     if args.json:
         print_json(result)
     else:
-        print(text)
+        emit_line(text)

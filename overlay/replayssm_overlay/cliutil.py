@@ -17,6 +17,7 @@ import json
 import os
 import pathlib
 import stat
+import sys
 import tempfile
 
 EXIT_OK = 0
@@ -30,7 +31,23 @@ TEMP_SUFFIX = ".rso-tmp"
 
 def print_json(payload, *, sort_keys: bool = True, indent: int | None = 2) -> None:
     """One JSON document on stdout (machines read it; progress and errors go to stderr)."""
-    print(json.dumps(payload, indent=indent, sort_keys=sort_keys))
+    emit(json.dumps(payload, indent=indent, sort_keys=sort_keys) + "\n")
+
+
+def emit_line(text: str) -> None:
+    """`emit` one line."""
+    emit(text + "\n")
+
+
+def emit(text: str) -> None:
+    """Write `text` to stdout; a reader that closed it (`| head -1`) ends the output quietly: the rest is
+    dropped (stdout then points at the null device, so the exit flush cannot fail either) and the command
+    goes on to its own exit code."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def atomic_write(path, data: bytes | str) -> None:

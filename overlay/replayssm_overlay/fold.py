@@ -165,10 +165,11 @@ def _record_fallbacks() -> None:
                                                                 for e in _fallbacks.values()]}, logger)
 
 
-def recorded_fallbacks() -> list:
-    """The shapes live serving processes recorded (records of processes that are gone are left out)."""
-    return [dict(entry, pid=record["pid"]) for record in records.read("fallbacks")
-            if record.get("alive") and isinstance(record.get("shapes"), list)
+def recorded_fallbacks(sglang_dir=None) -> list:
+    """The shapes live serving processes recorded (records of processes that are gone are left out; with
+    `sglang_dir`, only those of processes that imported that SGLang tree)."""
+    return [dict(entry, pid=record["pid"]) for record in records.read("fallbacks", sglang_dir=sglang_dir)
+            if record.get("alive") and record["scope"] == records.TREE and isinstance(record.get("shapes"), list)
             for entry in record["shapes"] if isinstance(entry, dict)]
 
 

@@ -5,8 +5,8 @@ as JSON (`make fleet-status` reads that).
 Why a separate view of the status: the failures that matter in production leave outputs correct and
 only cost speed (a node whose self-check switched it to SGLang's fold, a commit shape the overlay's kernel
 does not cover), and an alert needs each as one number. `facts(status)` reduces the status document to
-them: what every live serving process commits with (from its self-check record, so it is the decision the
-server made, not what this separate process would pick; on a ring release (0.5.20 on) SGLang's own
+them: what every live serving process of the inspected SGLang tree commits with (from its self-check record, so it is the decision the
+server made, not what this separate process would pick; on a ring release, 0.5.20 to 0.5.23, SGLang's own
 MTP commit), the self-check outcomes, the commit shapes that fell back to SGLang's fold, the protocol and
 what the commit is bitwise equal to (`exactness`), and the versions. `exposition(facts)` renders them; the
 fold in use is one 0/1 gauge per kind, every known kind always present, so a switch to SGLang's fold is
@@ -16,14 +16,13 @@ container next to SGLang, from a periodic job.
 
 from __future__ import annotations
 
-from replayssm_overlay import fold, protocol
+from replayssm_overlay import fold, protocol, records
+from replayssm_overlay.exactness import RING_COMMIT
 from replayssm_overlay.promtext import Exposition
 
 #: the kind reported when no live serving process has recorded one (no server started a GDN ReplaySSM
 #: pool on this node, or its records are gone)
 NO_FOLD = "none"
-#: the kind of a ring release's serving process: SGLang's own MTP commit commits, no fold of ours or SGLang's
-RING_COMMIT = "sglang-mtp-commit"
 KINDS = (*fold.FOLDS, RING_COMMIT, NO_FOLD)
 
 
@@ -35,7 +34,8 @@ def _kind(record: dict) -> str:
 
 def facts(status: dict) -> dict:
     """The watched facts of a `status --json` document (schema in `metrics --help`)."""
-    live = [r for r in status.get("selfcheck") or [] if r.get("alive") and "problem" not in r]
+    live = [r for r in status.get("selfcheck") or []
+            if r.get("alive") and "problem" not in r and r.get("scope", records.TREE) == records.TREE]
     in_use = sorted({_kind(r) for r in live})
     outcomes: dict[str, int] = {}
     for record in live:
@@ -50,6 +50,7 @@ def facts(status: dict) -> dict:
         "unverified": bool(status.get("unverified")),
         "protocol": status.get("protocol"),
         "bitwise_equal_to": (status.get("exactness") or {}).get("bitwise_equal_to"),
+        "exactness_row": (status.get("exactness") or {}).get("row"),
         "fold_in_use": in_use or [NO_FOLD],
         "fold_expected": kernels.get("fold"),
         "serving_processes": len(live),
@@ -72,6 +73,7 @@ def exposition(found: dict, labels: dict[str, str] | None = None) -> str:
         sglang_version=found["sglang_declared_version"] or "unknown",
         protocol=found["protocol"] or "unknown",
         bitwise_equal_to=found["bitwise_equal_to"] or "none",
+        exactness_row=found.get("exactness_row") or "unknown",
         patch_state=found["patch_state"] or "",
         unverified=str(found["unverified"]).lower(),
     )

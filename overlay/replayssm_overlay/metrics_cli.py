@@ -8,10 +8,9 @@ a rename), so a scrape never reads half a file.
 
 from __future__ import annotations
 
-import sys
 
 from replayssm_overlay import metrics
-from replayssm_overlay.cliutil import EXIT_OK, HelpFormatter, atomic_write, print_json
+from replayssm_overlay.cliutil import EXIT_OK, HelpFormatter, atomic_write, emit, print_json
 from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.promtext import parse_labels
 
@@ -25,17 +24,20 @@ JSON (--json):
   protocol                 fold | ring | null (status --json's protocol)
   bitwise_equal_to         what the commit's state is bitwise equal to
                            (status --json's exactness), or null
-  fold_in_use[]            the folds live serving processes commit with (their
-                           self-check records; sglang-mtp-commit on a ring
-                           release), or ["none"]
+  exactness_row            the row of the table "What is bitwise where" that
+                           applies (status --json's exactness.row)
+  fold_in_use[]            the folds live serving processes of this SGLang tree
+                           commit with (their self-check records;
+                           sglang-mtp-commit on a ring release), or ["none"]
   fold_expected            the fold a new serving process would choose
+                           (sglang-mtp-commit on a ring release)
   serving_processes        live serving processes with a self-check record
   selfcheck_outcomes       {outcome: live processes}
   unreadable_records       self-check records that could not be read
   fallback_shapes[]        commit shapes live processes ran with SGLang's fold
 
 Prometheus text (default): replayssm_overlay_info{overlay_version, sglang_release,
-sglang_version, patch_state, unverified, protocol, bitwise_equal_to},
+sglang_version, patch_state, unverified, protocol, bitwise_equal_to, exactness_row},
 replayssm_overlay_fold_in_use{fold} (0/1,
 every kind present), replayssm_overlay_serving_processes,
 replayssm_overlay_selfcheck_processes{outcome}, replayssm_overlay_unreadable_records,
@@ -84,5 +86,5 @@ def _metrics(args, report) -> int:
     if args.out:
         atomic_write(args.out, text)
     else:
-        sys.stdout.write(text)
+        emit(text)
     return EXIT_OK

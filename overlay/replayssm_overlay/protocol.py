@@ -63,6 +63,13 @@ def of_tree(sglang_dir: Path) -> str | None:
 
 def installed() -> str | None:
     """The protocol of the `sglang` this process imports (imported already, or found without importing)."""
+    location = sglang_location()
+    return of_tree(location) if location else None
+
+
+def sglang_location() -> Path | None:
+    """The `sglang` package directory this process imported (or would import, found without importing it),
+    resolved, or None."""
     module = sys.modules.get("sglang")
     locations = list(getattr(module, "__path__", None) or [])
     if not locations:
@@ -71,4 +78,4 @@ def installed() -> str | None:
         except (ImportError, ValueError):  # a stand-in `sglang` module without a spec (GPU benchmarks)
             spec = None
         locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return of_tree(Path(locations[0]).resolve()) if locations else None
+    return Path(locations[0]).resolve() if locations else None

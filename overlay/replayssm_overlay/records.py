@@ -12,12 +12,20 @@ namespaces of their own, so the same PID names different processes there (a serv
 by its PID, its start time (`/proc/<pid>/stat`, clock ticks after boot), its PID namespace
 (`/proc/self/ns/pid`) and the boot (`/proc/sys/kernel/random/boot_id`), in its content and its file
 name (`<kind>-<namespace inode>-<pid>-<start ticks>.json`). A reader calls a record's process alive only
-if all four match a process it can see; "dead" where the boot differs, or where the reader's namespace
-is the record's and no process with that PID and start time runs; "unknown" for a record of another PID
-namespace of the same boot (this process cannot see that process) or one without an identity (written
-by an older overlay). Every write prunes the folder's dead records; unknown ones are kept, and so is
-every live one. Reads change nothing. Standard library only: `status` imports it without torch or
-Triton.
+if all four match a process it can see; "dead" where the reader's namespace and boot are the record's and
+no process with that PID and start time runs, or where the boot differs and the file was last written
+before this node booted (`btime` in /proc/stat); "unknown" for a record of another PID namespace, one of
+another boot written since this node booted (a container under its own kernel, e.g. a VM-isolated one,
+has a boot of its own: a boot id alone proves nothing), or one without an identity (written by an older
+overlay). Every write prunes the folder's dead records; unknown ones are kept, and so is every live one.
+Reads change nothing.
+
+Why records name their SGLang: the folder is node-wide, so it holds the records of every server on the
+node, whichever SGLang tree each imported. Each record carries `sglang_dir`, the `sglang` package its
+process imported, and `read(kind, sglang_dir=...)` tells each record's `scope`: "tree" (that tree's),
+"node" (another tree's, or a record that does not say); `status` of a tree claims only what its tree's
+live records say and lists the others as node-wide. Standard library only: `status` imports it without
+torch or Triton.
 """
 
 from __future__ import annotations
@@ -29,10 +37,12 @@ import tempfile
 from pathlib import Path
 
 from replayssm_overlay.cliutil import atomic_write_json
+from replayssm_overlay.protocol import sglang_location
 
 ENV_DIR = "RSO_STATE_DIR"
 KINDS = ("selfcheck", "fallbacks")
 ALIVE, DEAD, UNKNOWN = "alive", "dead", "unknown"
+TREE, NODE = "tree", "node"  # a record's scope: the inspected SGLang tree's, or another process's on the node
 PROC = Path("/proc")  # where the process facts are read (tests point it elsewhere)
 
 
@@ -70,19 +80,32 @@ def boot_id() -> str | None:
     return _read(PROC / "sys" / "kernel" / "random" / "boot_id")
 
 
+def boot_time() -> int | None:
+    """When this node booted (`btime` in /proc/stat, seconds since the epoch), or None."""
+    for line in (_read(PROC / "stat") or "").splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1])
+    return None
+
+
 def identity(pid: int | None = None) -> dict:
     """What names this process (or `pid`, in this namespace) unambiguously on this node."""
     pid = os.getpid() if pid is None else pid
     return {"pid": pid, "start_ticks": start_ticks(pid), "pid_namespace": pid_namespace(), "boot_id": boot_id()}
 
 
-def liveness(process: dict | None) -> tuple[str, str]:
-    """(alive | dead | unknown, why) for a record's process identity, as this process can tell."""
+def liveness(process: dict | None, written: float | None = None) -> tuple[str, str]:
+    """(alive | dead | unknown, why) for a record's process identity, as this process can tell; `written`:
+    when the record file was last written (seconds since the epoch), None where unknown."""
     if not isinstance(process, dict) or process.get("start_ticks") is None:
         return UNKNOWN, "the record names no process start time (written by an older overlay)"
     mine = identity(int(process["pid"]))
     if process.get("boot_id") != mine["boot_id"]:
-        return DEAD, "written before this node last booted"
+        booted = boot_time()
+        if written is not None and booted is not None and written < booted:
+            return DEAD, "written before this node last booted"
+        return UNKNOWN, ("written under another boot since this node booted (e.g. a container with a kernel of "
+                         "its own)")
     if process.get("pid_namespace") != mine["pid_namespace"]:
         return UNKNOWN, f"written in another PID namespace ({process.get('pid_namespace')}), e.g. another container"
     if mine["start_ticks"] is None:
@@ -97,14 +120,21 @@ def _file_name(kind: str, process: dict) -> str:
     return f"{kind}-{namespace}-{process['pid']}-{process['start_ticks']}.json"
 
 
+def imported_sglang_dir() -> str | None:
+    """The `sglang` package directory this process imported (or would import), resolved, or None."""
+    location = sglang_location()
+    return str(location) if location else None
+
+
 def write(kind: str, payload: dict, logger: logging.Logger) -> None:
-    """This process's `kind` record (its identity under "process"), replaced whole, then the folder's dead
-    records pruned; logs a warning instead of raising."""
+    """This process's `kind` record (its identity under "process", its SGLang under "sglang_dir"), replaced
+    whole, then the folder's dead records pruned; logs a warning instead of raising."""
     folder = record_dir()
     process = identity()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(folder / _file_name(kind, process), {**payload, "process": process})
+        atomic_write_json(folder / _file_name(kind, process),
+                          {**payload, "process": process, "sglang_dir": imported_sglang_dir()})
     except OSError as err:
         logger.warning("replayssm-overlay: could not write the %s record in %s: %s", kind, folder, err)
         return
@@ -116,7 +146,7 @@ def prune(folder: Path, logger: logging.Logger) -> list:
     returns the removed paths."""
     removed = []
     for path, record in _records(folder, "*"):
-        if "problem" not in record and liveness(record.get("process"))[0] == DEAD:
+        if "problem" not in record and liveness(record.get("process"), _written(path))[0] == DEAD:
             try:
                 path.unlink()
                 removed.append(path)
@@ -141,16 +171,28 @@ def _records(folder: Path, kind: str) -> list:
     return found
 
 
-def read(kind: str, folder: Path | None = None) -> list:
+def _written(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def read(kind: str, folder: Path | None = None, sglang_dir: Path | str | None = None) -> list:
     """Every process's `kind` record in `folder` (default `record_dir()`), each with `pid`, `alive` (true
     only where this process can tell that the writer still runs), `liveness` (alive | dead | unknown,
-    with `liveness_detail`) and `path`; an unreadable file is listed with its `problem`."""
+    with `liveness_detail`), `scope` (TREE: written by a process that imported `sglang_dir`, or any record
+    where `sglang_dir` is None; NODE: another tree's, or one that names none) and `path`; an unreadable
+    file is listed with its `problem` (scope NODE)."""
+    tree = None if sglang_dir is None else str(Path(sglang_dir).resolve())
     found = []
     for path, record in _records(folder or record_dir(), kind):
+        scope = NODE
         if "problem" not in record:
             process = record.get("process")
-            state, why = liveness(process)
+            state, why = liveness(process, _written(path))
             pid = process.get("pid") if isinstance(process, dict) else record.get("pid")
+            scope = TREE if tree is None or record.get("sglang_dir") == tree else NODE
             record = {**record, "pid": pid, "alive": state == ALIVE, "liveness": state, "liveness_detail": why}
-        found.append({**record, "path": str(path)})
+        found.append({**record, "scope": scope, "path": str(path)})
     return found

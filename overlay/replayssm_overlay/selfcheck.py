@@ -24,7 +24,8 @@ A non-fp32 SSM state (`--mamba-ssm-dtype`) is not one the overlay's fold handles
 said once, and there is nothing to check. On the circular-ring releases (0.5.20 on,
 `replayssm_overlay.protocol`) the commit is SGLang's own MTP commit and the overlay's fold never runs:
 nothing is checked or compiled, and the record says what commits ("ring-commit").
-Every record carries `commit` and `exactness` (`replayssm_overlay.exactness`).
+Every record carries `commit`, `exactness` (`replayssm_overlay.exactness`) and `stock_verify_kernel`, the
+kernel stock SGLang would verify with on this server's flags with ReplaySSM off (`verify_kernel.py`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ CONV_DIM, CONV_WIDTH = 64, 3  # the check's conv state per slot (the commit's co
 STAGING_GRID = "strided"  # the CUDA kernel's pinned grid on which each block folds several items (has_next)
 
 logger = logging.getLogger("replayssm_overlay.selfcheck")
-_checked = {}  # Geometry -> its record: the check runs once per process and pool geometry
+_checked = {}  # (Geometry, stock verify kernel) -> its record: the check runs once per process and pool geometry
 
 
 @dataclass(frozen=True)
@@ -75,14 +76,15 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def check_before_serving(geometry: Geometry, *, seed: int | None = None,
-                         protocol_name: str | None = None) -> dict:
+def check_before_serving(geometry: Geometry, *, seed: int | None = None, protocol_name: str | None = None,
+                         stock_verify: str | None = None) -> dict:
     """Run the check for this process's pool geometry (once; a second pool of the same geometry gets the
     same record), act on it (SGLang's fold on anything but a pass), write the record and return it.
     `protocol_name`: the installed release's (`protocol.installed()` where not given); on a ring release
-    nothing is checked."""
-    if geometry in _checked:
-        return _checked[geometry]
+    nothing is checked. `stock_verify`: the kernel stock SGLang verifies with on this server's flags when
+    ReplaySSM is off (`verify_kernel.stock_verify_kernel`), None where unknown; it picks the claim."""
+    if (geometry, stock_verify) in _checked:
+        return _checked[geometry, stock_verify]
     from replayssm_overlay import fold
 
     started = time.monotonic()
@@ -104,14 +106,15 @@ def check_before_serving(geometry: Geometry, *, seed: int | None = None,
             fold.fall_back_to_sglang(f"self-check before serving: {detail}")  # logged once, with the reason
         used = fold.describe()
     claim = exactness.describe(protocol_name, fold=used["fold"], state_dtype=geometry.state_dtype,
-                               ring_dtype=geometry.ring_dtype)
+                               ring_dtype=geometry.ring_dtype, stock_verify=stock_verify)
     record = {
         "schema": RECORD_SCHEMA, "pid": os.getpid(), "time": time.time(), "outcome": outcome, "detail": detail,
         "seed": seed, "geometry": asdict(geometry), "protocol": protocol_name, "fold": used,
+        "stock_verify_kernel": stock_verify,
         "commit": claim["commit"], "exactness": claim, "seconds": round(time.monotonic() - started, 3), **timing,
     }
     records.write("selfcheck", record, logger)
-    _checked[geometry] = record
+    _checked[geometry, stock_verify] = record
     return record
 
 
@@ -337,8 +340,8 @@ def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
     return window
 
 
-def read_records(folder: Path | None = None) -> list:
-    """Every process's self-check record (`records.read`), newest first."""
-    return sorted(records.read("selfcheck", folder), key=lambda r: r.get("time", 0), reverse=True)
+def read_records(folder: Path | None = None, sglang_dir: Path | None = None) -> list:
+    """Every process's self-check record (`records.read`, scoped to `sglang_dir`), newest first."""
+    return sorted(records.read("selfcheck", folder, sglang_dir), key=lambda r: r.get("time", 0), reverse=True)
 
 

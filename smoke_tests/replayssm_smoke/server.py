@@ -2,7 +2,8 @@
 
 Reads 0.5.19's `/server_info` (falling back to the deprecated `/get_server_info`): the flat server
 arguments (`model_path`, `served_model_name`, `speculative_algorithm`, `speculative_num_draft_tokens`,
-`enable_linear_replayssm_spec`), `internal_states[].avg_spec_accept_length` and `version`.
+`enable_linear_replayssm_spec`, `mamba_ssm_dtype`, the `linear_attn_*backend` flags),
+`internal_states[].avg_spec_accept_length` and `version`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from replayssm_overlay.verify_kernel import FLAGS
+
 from . import httpclient
 from .errors import SmokeEnvironmentError
 
+# The server arguments that pick the row of the overlay's exactness table (`replayssm_overlay.exactness`).
+EXACTNESS_ARGUMENTS = ("mamba_ssm_dtype", *FLAGS)
 # Keys every 0.5.19 /server_info carries; a JSON answer without them is some other service.
 SGLANG_KEYS = ("model_path", "internal_states", "version")
 
@@ -39,6 +44,7 @@ class ServerInfo:
         return sum(values) / len(values) if values else None
 
     def summary(self) -> dict:
+        """What parity's mode is chosen from (`parity_mode.py`), as the server reports it."""
         return {
             "url": self.url,
             "model_path": self.model_path,
@@ -47,6 +53,7 @@ class ServerInfo:
             "speculative_algorithm": self.speculative_algorithm,
             "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
             "enable_linear_replayssm_spec": self.replayssm_spec,
+            **{name: self.raw.get(name) for name in EXACTNESS_ARGUMENTS},
         }
 
 

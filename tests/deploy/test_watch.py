@@ -71,7 +71,8 @@ import json, sys
 from replayssm_overlay import records
 folder = records.record_dir()
 folder.mkdir(parents=True, exist_ok=True)
-(folder / "selfcheck-planted.json").write_text(json.dumps({**json.load(sys.stdin), "process": records.identity(1)}))
+(folder / "selfcheck-planted.json").write_text(json.dumps({**json.load(sys.stdin), "process": records.identity(1),
+                                                      "sglang_dir": records.imported_sglang_dir()}))
 """
 LOAD = """\
 import json, sys, time, urllib.request

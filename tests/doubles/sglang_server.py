@@ -318,10 +318,12 @@ class ServerState:
             "speculative_eagle_topk": 1 if spec else None,
             "speculative_num_draft_tokens": args.draft_tokens if spec else None,
             "enable_linear_replayssm_spec": args.enable_linear_replayssm_spec,
-            "mamba_ssm_dtype": "float32",
+            "mamba_ssm_dtype": args.mamba_ssm_dtype,
+            **{name: getattr(args, name) for name in ("linear_attn_backend", "linear_attn_decode_backend",
+                                                      "linear_attn_prefill_backend", "linear_attn_verify_backend")},
             "startup_time": self.started,
             "internal_states": [internal],
-            "version": VERSION,
+            "version": args.sglang_version,
             "kv_events": None,
         }
 
@@ -542,7 +544,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sg.add_argument("--speculative-draft-model-path", default=None)
     sg.add_argument("--enable-linear-replayssm-spec", action="store_true")
     sg.add_argument("--enable-metrics", action="store_true", help="serve /metrics (Prometheus text)")
+    sg.add_argument("--mamba-ssm-dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    for flag in ("--linear-attn-backend", "--linear-attn-decode-backend", "--linear-attn-prefill-backend",
+                 "--linear-attn-verify-backend"):
+        sg.add_argument(flag, default="triton" if flag == "--linear-attn-backend" else None)
     kn = p.add_argument_group("test-double knobs")
+    kn.add_argument("--sglang-version", default=VERSION, help=f"the version /server_info reports (default {VERSION})")
     kn.add_argument("--accept-length", type=float, default=3.0,
                     help="mean accept length per verify (bonus token included); each prompt varies it +-20%%")
     kn.add_argument("--wrong-token-at", type=int, default=None, metavar="K",

@@ -68,3 +68,33 @@ def test_stock_rule_is_what_the_overlay_changes(case):
     assert matches(case.stock, result), result
     if case.stock == KDA_REFUSAL:
         assert result["error"] == "ValueError"
+
+
+@pytest.mark.parametrize("flags, sm_major, row", [
+    ({}, 9, "fold-float32-triton-verify"),
+    ({"linear_attn_backend": "flashinfer"}, 9, "fold-float32-flashinfer-verify"),
+    ({"linear_attn_backend": "flashinfer"}, 8, "fold-float32-triton-verify"),
+    ({"linear_attn_backend": "flashinfer"}, None, "fold-float32-flashinfer-verify"),
+    ({"linear_attn_backend": "flashinfer", "linear_attn_verify_backend": "triton"}, 9, "fold-float32-triton-verify"),
+    ({"linear_attn_prefill_backend": "flashinfer", "linear_attn_verify_backend": "flashinfer"}, 10,
+     "fold-float32-flashinfer-verify"),
+])
+def test_the_record_and_the_info_line_carry_the_row_the_published_flags_pick(flags, sm_major, row, monkeypatch,
+                                                                              caplog):
+    """The hook reads the published --linear-attn-* flags and this GPU (stubbed here) when it lifts the
+    refusal: the self-check record and the INFO line say the claim of that configuration's row."""
+    from replayssm_overlay import exactness, fold, selfcheck
+    from replayssm_overlay.hooks import configurator as rule
+
+    monkeypatch.setattr(rule, "_sm_major", lambda: sm_major)
+    monkeypatch.setattr(selfcheck, "_checked", {})
+    monkeypatch.setenv(fold.ENV_FOLD, "sglang")
+    monkeypatch.setattr(fold, "_choice", None)
+    configurator = build_configurator(hf_config("qwen3-next"))
+    with caplog.at_level(logging.INFO, logger="replayssm_overlay.hooks.configurator"):
+        with published("DFLASH", **flags):
+            assert keep_kda_only_guard(configurator) is False
+    (record,) = selfcheck.read_records()
+    assert record["exactness"]["row"] == row and record["stock_verify_kernel"] == exactness.ROW_BY_KEY[row].stock_verify
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert exactness.ROW_BY_KEY[row].statement.format(state="float32") in line

@@ -25,11 +25,14 @@ def folder(monkeypatch, tmp_path):
     return tmp_path / "state"
 
 
-def _plant(folder: Path, name: str, **process) -> Path:
-    """A selfcheck record of this process's identity with `process`'s fields changed."""
+def _plant(folder: Path, name: str, written: float | None = None, **process) -> Path:
+    """A selfcheck record of this process's identity with `process`'s fields changed, last written at
+    `written` (seconds since the epoch; None: now)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"selfcheck-{name}.json"
     path.write_text(json.dumps({"time": 1, "outcome": "passed", "process": {**records.identity(), **process}}))
+    if written is not None:
+        os.utime(path, (written, written))
     return path
 
 
@@ -52,7 +55,7 @@ def test_a_record_names_its_process_and_reads_alive(folder):
 @pytest.mark.parametrize("process,why", [
     (lambda: {"pid": _exited_pid(), "start_ticks": 1}, "no process with that PID runs"),
     (lambda: {"start_ticks": records.identity()["start_ticks"] + 1}, "that PID now names another process"),
-    (lambda: {"boot_id": "an-earlier-boot"}, "before this node last booted"),
+    (lambda: {"boot_id": "an-earlier-boot", "written": records.boot_time() - 60}, "before this node last booted"),
 ])
 def test_a_dead_processs_record_is_dead_and_the_next_write_prunes_it(folder, process, why):
     planted = _plant(folder, "dead", **process())
@@ -60,6 +63,17 @@ def test_a_dead_processs_record_is_dead_and_the_next_write_prunes_it(folder, pro
     assert record["alive"] is False and record["liveness"] == records.DEAD and why in record["liveness_detail"]
     records.write("fallbacks", {"shapes": []}, LOG)
     assert not planted.exists() and [r["liveness"] for r in records.read("fallbacks")] == [records.ALIVE]
+
+
+def test_a_record_of_another_boot_written_since_this_boot_is_unknown_and_kept(folder):
+    """A container under a kernel of its own (a VM-isolated one) has a boot id of its own: a boot id that
+    differs proves nothing about a record written after this node booted."""
+    planted = _plant(folder, "vm", boot_id="another-kernels-boot")
+    (record,) = records.read("selfcheck")
+    assert record["alive"] is False and record["liveness"] == records.UNKNOWN
+    assert "another boot since this node booted" in record["liveness_detail"]
+    records.write("selfcheck", {"outcome": "passed"}, LOG)
+    assert planted.exists()
 
 
 def test_a_record_of_another_pid_namespace_is_not_called_alive_nor_pruned(folder):
@@ -100,3 +114,12 @@ def test_a_live_processs_record_is_alive_and_kept_until_it_exits(folder):
     assert {r["pid"]: r["liveness"] for r in records.read("selfcheck")}[child.pid] == records.DEAD
     records.write("selfcheck", {"outcome": "passed"}, LOG)
     assert [r["pid"] for r in records.read("selfcheck")] == [os.getpid()]
+
+
+def test_a_record_names_the_sglang_tree_its_process_imported_and_reads_scoped_to_a_tree(folder, tmp_path):
+    records.write("selfcheck", {"outcome": "passed"}, LOG)
+    (record,) = records.read("selfcheck")
+    assert record["sglang_dir"] == records.imported_sglang_dir() and record["scope"] == records.TREE
+    (mine,) = records.read("selfcheck", sglang_dir=record["sglang_dir"])
+    (other,) = records.read("selfcheck", sglang_dir=tmp_path / "another" / "sglang")
+    assert mine["scope"] == records.TREE and other["scope"] == records.NODE and other["alive"]

@@ -73,8 +73,10 @@ def every_point(count: int) -> list:
 
 
 def files_under(folder: pathlib.Path) -> dict:
-    """Every file under `folder` and its bytes (the manifest without the time it was written)."""
-    return {str(p.relative_to(folder)): re.sub(rb'"applied_at": "[^"]*"', b"", p.read_bytes())
+    """Every file under `folder` and its bytes (the manifest without the times it was written and the files'
+    modification times it records)."""
+    written = rb'"applied_at": "[^"]*"|"source_mtime_ns": {[^}]*}'
+    return {str(p.relative_to(folder)): re.sub(written, b"", p.read_bytes())
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 

@@ -203,12 +203,43 @@ def test_writes_keep_permissions_and_drop_stale_bytecode(sglang_tree):
     path.chmod(0o640)
     cached = path.parent / "__pycache__" / f"{path.stem}.cpython-311.pyc"
     cached.parent.mkdir()
-    cached.write_bytes(b"stale bytecode of the pristine module")
+    cached.write_bytes(b"bytecode of the pristine module")
     patcher.apply(sglang_tree)
     assert path.stat().st_mode & 0o777 == 0o640 and not cached.exists()
-    cached.write_bytes(b"stale bytecode of the patched module")
+    cached.write_bytes(b"bytecode of the patched module")
+    (cached.parent / f"{path.stem}.cpython-312.pyc").write_bytes(b"bytecode of the patched module, another Python")
     patcher.revert(sglang_tree)
-    assert path.stat().st_mode & 0o777 == 0o640 and not cached.exists()
+    assert path.stat().st_mode & 0o777 == 0o640 and sorted(cached.parent.iterdir()) == [cached]
+    assert cached.read_bytes() == b"bytecode of the pristine module"
+
+
+def _files(tree) -> dict:
+    """relpath -> bytes of every file under `tree`, and the three target files' modification times."""
+    return {**{str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()},
+            **{f"{rel} mtime": (tree / rel).stat().st_mtime_ns for rel in TARGET_FILES}}
+
+
+def test_revert_gives_the_tree_back_byte_for_byte_with_valid_bytecode(sglang_tree):
+    """Pristine modules compiled as pip compiles them, then apply, Python compiling the patched modules at
+    import, and revert: every file's bytes, and the modules' modification times, are as before, and each restored
+    bytecode file still names its source's time and size (so Python keeps using it)."""
+    import py_compile
+
+    for rel in TARGET_FILES:
+        py_compile.compile(str(sglang_tree / rel), doraise=True)
+    before = _files(sglang_tree)
+    patcher.apply(sglang_tree)
+    for rel in TARGET_FILES:
+        py_compile.compile(str(sglang_tree / rel), doraise=True)
+    assert _files(sglang_tree) != before
+    patcher.revert(sglang_tree)
+    assert _files(sglang_tree) == before and not store.state_dir(sglang_tree).exists()
+    for rel in TARGET_FILES:
+        source = sglang_tree / rel
+        (cached,) = store.cached_bytecode(source)
+        header = cached.read_bytes()[8:16]
+        assert header == (int(source.stat().st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (
+            source.stat().st_size & 0xFFFFFFFF).to_bytes(4, "little")
 
 
 def test_lines_from_another_overlay_version_are_reverted_not_overwritten(sglang_tree, snapshot):
@@ -226,3 +257,24 @@ def test_lines_from_another_overlay_version_are_reverted_not_overwritten(sglang_
     assert snapshot(sglang_tree) == before
     patcher.revert(sglang_tree)
     assert sha_of(sglang_tree) == RELEASES["0.5.19"]
+
+
+def test_an_apply_that_fails_midway_gives_the_tree_back_byte_for_byte(sglang_tree, monkeypatch):
+    """The manifest's write fails after both commit modules were written: the rollback puts back their
+    bytes, modification times and the cached bytecode their writes deleted."""
+    import py_compile
+
+    for rel in TARGET_FILES:
+        py_compile.compile(str(sglang_tree / rel), doraise=True)
+    before = _files(sglang_tree)
+    write_record_file = store.write_record_file
+
+    def failing(path, data):
+        if path == store.manifest_path(sglang_tree):
+            raise OSError(28, "No space left on device", str(path))
+        write_record_file(path, data)
+
+    monkeypatch.setattr(store, "write_record_file", failing)
+    with pytest.raises(OverlayError, match="every file is as it was before the run"):
+        patcher.apply(sglang_tree)
+    assert _files(sglang_tree) == before and not store.state_dir(sglang_tree).exists()

@@ -150,3 +150,32 @@ def test_sglang_dir_empty_or_a_file_is_refused(sglang_tree, tmp_path, capsys):
         assert code == 2 and f"{a_file} is a file, not a directory" in err
     code, _, err = run(capsys, "status", "--sglang-dir", str(tmp_path / "nowhere"))
     assert code == 2 and "no such directory" in err
+
+
+@pytest.mark.parametrize("argv", [("apply", "--dry-run"), ("apply",)], ids=["dry-run", "apply"])
+@pytest.mark.parametrize("folder", ["the tree", "the record folder's"])
+def test_a_folder_the_apply_must_write_refuses_the_dry_run_too(sglang_tree, snapshot, argv, folder):
+    """A dry run checks what the apply will write: the target files' folders and the record folder's."""
+    blocked = (sglang_tree / DFLASH_WORKER).parent if folder == "the tree" else sglang_tree.parent
+    before = snapshot(sglang_tree)
+    blocked.chmod(0o555)
+    try:
+        done = run_unprivileged(*argv, "--sglang-dir", str(sglang_tree))
+    finally:
+        blocked.chmod(0o755)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"{blocked}: this user may not write there" in done.stderr and "no file was changed" in done.stderr
+    assert snapshot(sglang_tree) == before and not store.state_dir(sglang_tree).exists()
+
+
+def test_a_revert_that_cannot_write_the_tree_refuses_before_writing(sglang_tree, capsys, snapshot):
+    assert run(capsys, "apply", "--sglang-dir", str(sglang_tree))[0] == 0
+    blocked = (sglang_tree / CONFIGURATOR).parent
+    before = snapshot(sglang_tree)
+    blocked.chmod(0o555)
+    try:
+        done = run_unprivileged("revert", "--sglang-dir", str(sglang_tree))
+    finally:
+        blocked.chmod(0o755)
+    assert done.returncode == 2 and f"{blocked}: this user may not write there" in done.stderr, done.stderr
+    assert snapshot(sglang_tree) == before and store.state_dir(sglang_tree).exists()

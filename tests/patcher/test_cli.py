@@ -106,7 +106,8 @@ def test_python_dash_m_runs_the_same_command(sglang_tree):
 
 
 def test_status_reports_the_self_check_another_process_ran(sglang_tree, tmp_path, capsys, monkeypatch):
-    """A serving process writes its self-check record; `status --json` (this process) reads it back."""
+    """A serving process writes its self-check record; `status --json` (this process) reads it back, as
+    node-wide: that process imported another SGLang tree (the venv's) than the one inspected."""
     state = tmp_path / "rso-state"
     env = dict(os.environ, PYTHONPATH=str(REPO / "overlay"), RSO_STATE_DIR=str(state), RSO_FOLD="sglang")
     code = ("from replayssm_overlay import selfcheck; selfcheck.check_before_serving(selfcheck.Geometry("
@@ -120,4 +121,21 @@ def test_status_reports_the_self_check_another_process_ran(sglang_tree, tmp_path
     assert record["outcome"] == "sglang-fold" and record["alive"] is False
     assert record["fold"]["fold"] == "sglang" and record["geometry"]["window"] == 16
     _, text, _ = run(capsys, "status", "--sglang-dir", str(sglang_tree))
-    assert f"selfcheck: pid {record['pid']} (exited): sglang-fold" in text
+    assert record["scope"] == "node" and record["sglang_dir"] != str(sglang_tree)
+    assert f"node-wide, SGLang at {record['sglang_dir']}: pid {record['pid']} (exited): sglang-fold" in text
+
+
+@pytest.mark.parametrize("argv", [("status",), ("status", "--json"), ("diff",), ("verify",)])
+def test_a_reader_that_closed_stdout_ends_the_output_quietly_with_the_commands_exit_code(sglang_tree, capsys, argv):
+    """`replayssm-overlay status | head -1`: the pipe's reader is gone before the command writes."""
+    assert main(["apply", "--sglang-dir", str(sglang_tree)]) == 0
+    capsys.readouterr()
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("overlay", "smoke_tests", ".")))
+    try:
+        done = subprocess.run([sys.executable, "-m", "replayssm_overlay", *argv, "--sglang-dir", str(sglang_tree)],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")

@@ -94,3 +94,14 @@ def test_a_lock_timeout_that_is_no_number_of_seconds_is_refused(sglang_tree, val
     assert done.value.code == 2
     assert "--lock-timeout: must be a number of seconds, 0 or more" in capsys.readouterr().err
     assert not store.state_dir(sglang_tree).exists()
+
+
+def test_a_tree_declaring_another_release_than_its_bytes_is_called_both(sglang_tree, capsys):
+    (sglang_tree / "_version.py").write_text('__version__ = "0.5.20"\n')
+    code, out, _ = run(capsys, "status", "--json", "--sglang-dir", str(sglang_tree))
+    status = json.loads(out)
+    assert code == 0 and status["release"] == "0.5.19" and status["declared_version"] == "0.5.20"
+    both = "0.5.19 by its files' bytes (the installation declares 0.5.20)"
+    assert status["release_label"] == both
+    code, out, _ = run(capsys, "apply", "--dry-run", "--sglang-dir", str(sglang_tree))
+    assert code == 0 and f"SGLang {both}" in out

@@ -16,8 +16,11 @@ the fold it will commit with (`replayssm_overlay.selfcheck`: bitwise against SGL
 random window, or SGLang's fold for a non-fp32 state), and where that fold is SGLang's, compiles it
 (`replayssm_overlay.sglang_warmup`); on the circular-ring releases (0.5.20 on) the commit is SGLang's
 own MTP commit, so nothing of the overlay's is checked, and the verify window must fit the ring
-(`hooks/ring_fit.py`: refused otherwise, naming both flags). The commit path is imported here, so an overlay
-whose commit cannot import never lifts the refusal (`hooks/__init__.py`).
+(`hooks/ring_fit.py`: refused otherwise, naming both flags). The record and the INFO line carry the claim
+(`replayssm_overlay.exactness`), which on 0.5.19 depends on the kernel stock SGLang would verify with on
+these flags with ReplaySSM off (`stock_verify`, from the published `--linear-attn-*` flags and the GPU).
+The commit path is imported here, so an overlay whose commit cannot import never lifts the refusal
+(`hooks/__init__.py`).
 
 SGLang is imported lazily: this module is loaded on SGLang's start-up path.
 """
@@ -91,12 +94,31 @@ def admit(configurator, algorithm: str, model_config) -> None:
         from replayssm_overlay.hooks.ring_fit import require_ring_fit
 
         require_ring_fit(algorithm)
-    record = selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator), protocol_name=installed)
+    record = selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator), protocol_name=installed,
+                                            stock_verify=stock_verify())
     sglang_warmup.warm_before_serving(configurator)  # where SGLang's fold commits: compiled now, not at a request
     logger.info(
         "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; %s commits "
-        "the accepted prefix",
+        "the accepted prefix: %s",
         algorithm,
         type(model_config).__name__,
         record["commit"],
+        record["exactness"]["statement"],
     )
+
+
+def stock_verify() -> str:
+    """The kernel stock SGLang verifies with on this server's published flags with ReplaySSM off
+    (`replayssm_overlay.verify_kernel`), on this process's GPU."""
+    from sglang.srt.runtime_context import get_exec
+
+    from replayssm_overlay.verify_kernel import FLAGS, stock_verify_kernel
+
+    mamba = get_exec().mamba
+    return stock_verify_kernel({name: getattr(mamba, name, None) for name in FLAGS}, _sm_major())
+
+
+def _sm_major() -> int | None:
+    import torch
+
+    return torch.cuda.get_device_capability()[0] if torch.cuda.is_available() else None

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, print_json
+from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, HelpFormatter, emit_line, print_json
 from replayssm_overlay.kernels import artifact_format as af
 from replayssm_overlay.kernels import loader
 
@@ -96,9 +96,10 @@ def _check(args) -> int:
     if args.json:
         print_json({k: report[k] for k in ("ok", "folder", "problems", "node", "manifest")})
     elif report["ok"]:
-        print(f"OK: this node can use the prebuilt kernel in {report['folder']} ({_summary_text(report['manifest'])})")
+        emit_line(f"OK: this node can use the prebuilt kernel in {report['folder']} "
+                  f"({_summary_text(report['manifest'])})")
     else:
-        print(f"REFUSED: {report['folder']}\n" + "\n".join(f"  - {p}" for p in report["problems"]))
+        emit_line(f"REFUSED: {report['folder']}\n" + "\n".join(f"  - {p}" for p in report["problems"]))
     return EXIT_OK if report["ok"] else EXIT_CHECK_FAILED
 
 
@@ -112,13 +113,13 @@ def _status(args) -> int:
         print_json(payload)
         return EXIT_OK
     node = report["node"]
-    print(f"folder:   {report['folder']} (from {source}){'' if report['exists'] else ' - does not exist'}")
+    emit_line(f"folder:   {report['folder']} (from {source}){'' if report['exists'] else ' - does not exist'}")
     gpu = (f"checked as sm_{node['arch']} (--arch; no GPU was asked)" if args.arch is not None
            else f"GPU sm_{node['arch']}" if node["arch"] else "GPU none visible")
-    print(f"node:     {gpu}")
+    emit_line(f"node:     {gpu}")
     if report["manifest"]:
-        print(f"manifest: {_summary_text(report['manifest'])}")
-    print("usable:   " + ("yes" if report["ok"] else "no\n" + "\n".join(f"  - {p}" for p in report["problems"])))
+        emit_line(f"manifest: {_summary_text(report['manifest'])}")
+    emit_line("usable:   " + ("yes" if report["ok"] else "no\n" + "\n".join(f"  - {p}" for p in report["problems"])))
     return EXIT_OK
 
 

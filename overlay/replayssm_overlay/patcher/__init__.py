@@ -107,6 +107,13 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
         ],
     }
     record_current = tree.manifest_matches(manifest) and tree.pristine_copies_match()
+    by_path = {f.relpath: f for f in tree.files}
+    if patched or not record_current:  # what the writes below need, checked by a dry run too
+        blocked = store.unwritable_folders(
+            [store.pristine_copy_path(tree.sglang_dir, f.relpath) for f in tree.files]
+            + [by_path[rel].path for rel in patched] + [store.manifest_path(tree.sglang_dir)])
+        if blocked:
+            raise messages.unwritable("patch", tree.sglang_dir, blocked)
     result["changed"] = not dry_run and not (record_current and not patched)
     if dry_run:
         result["message"] = messages.dry_run(tree, len(patched), leftovers)
@@ -119,8 +126,11 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
         writes.Step(f"the saved pristine copy of {f.relpath}", store.pristine_copy_path(tree.sglang_dir, f.relpath),
                     f.base)
         for f in tree.files
+    ] + [  # the cached bytecode of each file the patch replaces (write_module deletes it), for revert
+        writes.Step(f"the saved bytecode {cached.name}", store.saved_bytecode_path(tree.sglang_dir, rel, cached.name),
+                    cached.read_bytes())
+        for rel in patched if by_path[rel].state == PRISTINE for cached in store.cached_bytecode(by_path[rel].path)
     ]
-    by_path = {f.relpath: f for f in tree.files}
     modules = [
         writes.Step(rel, by_path[rel].path, patched[rel], module=True) for rel in writes.apply_order(patched)
     ]
@@ -222,17 +232,18 @@ def _revert(sglang_dir) -> dict:
         raise messages.refusal(
             "revert", tree.sglang_dir, refusals, "see each file above", messages.leftovers_note(leftovers, False)
         )
-    by_path = {f.relpath: (f, data) for f, data in restores}
-    steps = [
-        writes.Step(rel, by_path[rel][0].path, by_path[rel][1], module=True) for rel in writes.revert_order(by_path)
-    ]
+    steps = _restore_steps(tree, {f.relpath: (f, data) for f, data in restores})
+    record = store.state_dir(tree.sglang_dir)
+    blocked = store.unwritable_folders([step.path for step in steps] + ([record / "manifest.json", record]
+                                                                        if record.exists() and not left else []))
+    if blocked:
+        raise messages.unwritable("revert", tree.sglang_dir, blocked)
     record_removed = []  # `then` runs after the last restore, with signals still held
     late_signal = writes.run(
         "revert", steps, sglang_dir=tree.sglang_dir, created_record=False,
         then=None if left else lambda: record_removed.append(store.remove_state_dir(tree.sglang_dir)),
     )
     removed = any(record_removed)
-    record = store.state_dir(tree.sglang_dir)
     kept_record = record if left and record.exists() else None
     return {
         "action": "revert",
@@ -247,6 +258,21 @@ def _revert(sglang_dir) -> dict:
         ],
         "message": messages.reverted(len(restores), left, kept_record, late_signal, leftovers),
     }
+
+
+def _restore_steps(tree, by_path: dict) -> list:
+    """Revert's writes, configurator first: each file's pristine bytes with its modification time before the
+    patch (as the manifest recorded it), then its cached bytecode as `apply` found it (saved in the record)."""
+    mtimes = (tree.manifest or {}).get("source_mtime_ns")
+    mtimes = mtimes if isinstance(mtimes, dict) else {}
+    steps = []
+    for rel in writes.revert_order(by_path):
+        path, mtime = by_path[rel][0].path, mtimes.get(rel)
+        steps.append(writes.Step(rel, path, by_path[rel][1], module=True,
+                                 mtime_ns=mtime if isinstance(mtime, int) else None))
+        steps += [writes.Step(f"the cached bytecode {name}", path.parent / "__pycache__" / name, data)
+                  for name, data in store.read_saved_bytecode(tree.sglang_dir, rel).items()]
+    return steps
 
 
 def diff(sglang_dir) -> str:

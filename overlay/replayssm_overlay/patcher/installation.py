@@ -39,9 +39,11 @@ class Tree:
         return [f.relpath for f in self.files if f.unverified]
 
     def release_label(self) -> str:
-        """What the messages call the installation: the release, every target file that is unverified and
-        every fingerprint file that is not the release's."""
+        """What the messages call the installation: the release, the release it declares where that is
+        another, every target file that is unverified and every fingerprint file that is not the release's."""
         label = self.release or "(release unidentified)"
+        if self.release and self.declared and self.declared != self.release:
+            label += f" by its files' bytes (the installation declares {self.declared})"
         unverified = self.unverified_files()
         if unverified:
             label += (
@@ -57,6 +59,8 @@ class Tree:
 
     def new_manifest(self, patched: dict, kernels) -> dict:
         files = {f.relpath: manifest_entry(f, patched.get(f.relpath, f.data)) for f in self.files}
+        mtimes = {**(self.manifest or {}).get("source_mtime_ns", {}),
+                  **{f.relpath: f.path.stat().st_mtime_ns for f in self.files if f.relpath in patched}}
         return {
             "schema": store.MANIFEST_SCHEMA,
             "tool": "replayssm-overlay",
@@ -68,6 +72,7 @@ class Tree:
             "fingerprint_mismatches": [m.as_json() for m in self.fingerprint],
             "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "files": files,
+            "source_mtime_ns": mtimes,  # each file's modification time before its patch, which revert restores
             "kernels": kernels,
         }
 

@@ -180,6 +180,17 @@ def apply_refusal(tree, refusals: list, note: str) -> OverlayError:
     return refusal("patch", tree.sglang_dir, refusals, "see each file above; supported releases: " + SUPPORTED, note)
 
 
+def unwritable(verb: str, sglang_dir, folders: list) -> OverlayError:
+    """The refusal of a run that could not write `folders` (checked before any write, dry runs included)."""
+    return refusal(
+        verb, sglang_dir,
+        [f"{folder}: this user may not write there (its permissions, or a read-only file system)"
+         for folder in folders],
+        "run the command as a user who may write these folders (the owner of the installation, e.g. root), or on "
+        "a writable copy of the installation",
+    )
+
+
 def revert_refusal_all_missing(tree) -> OverlayError:
     """No target file is a file: the folder is not SGLang, or not the one the overlay patched."""
     if all(f.detail == NO_FILE for f in tree.files):

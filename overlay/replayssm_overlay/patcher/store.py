@@ -11,6 +11,7 @@ unreadable file) is a refusal that names the path, never a traceback.
 """
 
 import json
+import os
 import pathlib
 import shutil
 
@@ -74,6 +75,25 @@ def manifest_bytes(manifest: dict) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
 
 
+def saved_bytecode_path(sglang_dir: pathlib.Path, relpath: str, name: str) -> pathlib.Path:
+    """Where the record keeps cached bytecode file `name` of `relpath` as it was before the patch."""
+    return pristine_copy_path(sglang_dir, relpath).parent / "__pycache__" / name
+
+
+def cached_bytecode(path: pathlib.Path) -> list:
+    """The cached bytecode files of module `path` (`__pycache__/<stem>.*.pyc`, any interpreter)."""
+    return sorted((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"))
+
+
+def read_saved_bytecode(sglang_dir: pathlib.Path, relpath: str) -> dict:
+    """{file name: bytes} of the cached bytecode of `relpath` that `apply` saved, or {}."""
+    saved = cached_bytecode(pristine_copy_path(sglang_dir, relpath))
+    try:
+        return {path.name: path.read_bytes() for path in saved}
+    except OSError as err:
+        raise from_os_error(err, f"read the saved bytecode of {relpath},", err.filename) from err
+
+
 def read_pristine_copy(sglang_dir: pathlib.Path, relpath: str):
     """The saved pristine bytes of `relpath`, None if none was saved; refuses a copy it cannot read."""
     path = pristine_copy_path(sglang_dir, relpath)
@@ -108,12 +128,26 @@ def remove_state_dir(sglang_dir: pathlib.Path) -> bool:
     return True
 
 
+def unwritable_folders(paths) -> list:
+    """The folders that writing (or removing) each of `paths` changes -- its folder, or the nearest one that
+    exists, where the write would create it -- which this process may not change (permissions, a read-only
+    file system), each once, in order."""
+    found = []
+    for path in paths:
+        folder = pathlib.Path(path).parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if folder not in found and not os.access(folder, os.W_OK | os.X_OK):
+            found.append(folder)
+    return found
+
+
 def write_module(path: pathlib.Path, data: bytes) -> None:
     """Atomically replace module file `path`, then delete its cached bytecode, so Python compiles the
     bytes now on disk even where the cache is not checked against the source (pycs built with
     `--invalidation-mode unchecked-hash`)."""
     atomic_write(path, data)
-    for cached in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+    for cached in cached_bytecode(path):
         cached.unlink(missing_ok=True)
 
 

@@ -11,7 +11,8 @@ patched and some not. Two rules make every such stop safe:
   and that the next `apply` or `revert` finishes (`status` and `verify` call it partial and name both).
 * The rollback (`run`). While the steps run, SIGINT and SIGTERM are noted, never acted on in the middle
   of a write; before each step the run looks, and if one came, or a step failed (OSError, or an
-  `OverlayError` from the store), it puts back the bytes of every file it touched, newest first, removes
+  `OverlayError` from the store), it puts back the bytes of every file it touched (a module with its
+  modification time and cached bytecode), newest first, removes
   the record folder if it created it, and raises `OverlayError` saying what it did. The last step is the
   point of no return: a signal that arrives during it is reported (`run` returns its name) and the run completes;
   `then` (revert's removal of the record folder) runs after it with signals still held.
@@ -22,6 +23,7 @@ same order and rolls back failed writes, and signals act as the program defines.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -45,13 +47,18 @@ def revert_order(relpaths) -> list:
 
 @dataclass
 class Step:
-    """Write `data` to `path` (`module`: a Python module of SGLang's, whose cached bytecode goes too)."""
+    """Write `data` to `path` (`module`: a Python module of SGLang's, whose cached bytecode goes too), then
+    set its modification time to `mtime_ns` where given (a restored module's, so that its restored cached
+    bytecode stays valid)."""
 
     label: str
     path: object
     data: bytes
     module: bool = False
+    mtime_ns: int | None = None
     previous: bytes | None = field(default=None, repr=False)  # what was there before the step; None: nothing
+    previous_bytecode: dict = field(default_factory=dict, repr=False)  # a module's cached bytecode before it
+    previous_mtime_ns: int | None = field(default=None, repr=False)  # and its modification time
 
 
 class Interrupted(OverlayError):
@@ -75,8 +82,13 @@ def run(verb: str, steps: list, *, sglang_dir, created_record: bool, then=None) 
                 if received:
                     raise Interrupted(received[0])
                 step.previous = _read(step.path)
+                if step.module and step.previous is not None:
+                    step.previous_bytecode = {p: p.read_bytes() for p in store.cached_bytecode(step.path)}
+                    step.previous_mtime_ns = step.path.stat().st_mtime_ns
                 done.append(step)
                 _write(step, step.data)
+                if step.mtime_ns is not None:
+                    os.utime(step.path, ns=(step.mtime_ns, step.mtime_ns))
         except (OSError, OverlayError) as err:
             undone = _roll_back(done, sglang_dir, created_record)
             raise _failure(verb, err, undone, len(done), len(steps)) from err
@@ -114,6 +126,10 @@ def _roll_back(done: list, sglang_dir, created_record: bool) -> list:
                 step.path.unlink(missing_ok=True)
             else:
                 _write(step, step.previous)
+            if step.previous_mtime_ns is not None:  # the module as it was: its time and the bytecode its write deleted
+                os.utime(step.path, ns=(step.previous_mtime_ns, step.previous_mtime_ns))
+            for cached, data in step.previous_bytecode.items():
+                store.write_record_file(cached, data)
             if step.module or not created_record:  # (the record folder's removal below says the rest)
                 outcomes.append(f"{'removed' if step.previous is None else 'restored'} {step.label}")
         except OSError as err:
