@@ -74,12 +74,12 @@ ROWS = (
     Row("fold-low-precision-state", "0.5.19", FOLD, "bfloat16, float16", "any", None,
         "the SSM state is {state}: SGLang's own fold commits, and the overlay claims nothing beyond it",
         TIE_AWARE, "none: no bitwise claim with this state"),
-    Row("ring-float32", "0.5.20 to 0.5.23", RING, "float32", "any", RING_COMMIT,
+    Row("ring-float32", "0.5.20 on", RING, "float32", "any", RING_COMMIT,
         f"bitwise equal to SGLang's own MTP commit of this release ({MTP_COMMIT}), which is within "
         f"{RING_ERROR_BOUND:g} relative RMS of the decode recurrence run token by token (not bitwise), so "
         "turning ReplaySSM on can change tokens at near-ties; the overlay's fold kernels are not used",
         TIE_AWARE, "none: the ring commit is not the ReplaySSM-off state"),
-    Row("ring-low-precision-state", "0.5.20 to 0.5.23", RING, "bfloat16, float16", "any", RING_COMMIT,
+    Row("ring-low-precision-state", "0.5.20 on", RING, "bfloat16, float16", "any", RING_COMMIT,
         f"bitwise equal to SGLang's own MTP commit of this release ({MTP_COMMIT}); with a {{state}} state no "
         f"bound on its distance from the decode recurrence is claimed (the {RING_ERROR_BOUND:g} bound holds with a "
         f"float32 state; a bfloat16 one measured {RING_BF16_DISTANCE:g}), so turning ReplaySSM on can change "

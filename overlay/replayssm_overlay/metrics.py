@@ -6,7 +6,7 @@ Why a separate view of the status: the failures that matter in production leave 
 only cost speed (a node whose self-check switched it to SGLang's fold, a commit shape the overlay's kernel
 does not cover), and an alert needs each as one number. `facts(status)` reduces the status document to
 them: what every live serving process of the inspected SGLang tree commits with (from its self-check record, so it is the decision the
-server made, not what this separate process would pick; on a ring release, 0.5.20 to 0.5.23, SGLang's own
+server made, not what this separate process would pick; on a ring release, 0.5.20 on, SGLang's own
 MTP commit), the self-check outcomes, the commit shapes that fell back to SGLang's fold, the protocol and
 what the commit is bitwise equal to (`exactness`), and the versions. `exposition(facts)` renders them; the
 fold in use is one 0/1 gauge per kind, every known kind always present, so a switch to SGLang's fold is

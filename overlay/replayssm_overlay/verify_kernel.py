@@ -3,7 +3,7 @@ overlay's bitwise claim on 0.5.19 is about (`exactness.py`).
 
 Why it matters: with ReplaySSM off, the verify's per-step snapshots are the state SGLang commits, and they
 come from the verify kernel SGLang's GDN dispatcher picks (`gdn_backend.py`, `GDNKernelDispatcher`, the
-"Verify kernel" block; the same in 0.5.19 to 0.5.23). With ReplaySSM on (0.5.19's raw-window fold) the
+"Verify kernel" block; the same in every release of the table). With ReplaySSM on (0.5.19's raw-window fold) the
 verify writes its window through the Triton recurrence whatever that pick (with a float32 state), so the
 committed state is the Triton recurrence's: the ReplaySSM-off state only where stock verifies with Triton.
 

@@ -8,7 +8,7 @@ Only on 0.5.19 with a float32 state is the committed state bitwise a ReplaySSM-o
 SGLang commits when it verifies with the Triton recurrence: against a reference running the same
 algorithm and draft length with `--enable-linear-replayssm-spec` off, a float32 state and a Triton verify
 (`exactness.strict_against`), every token must match: strict. Everywhere else no such guarantee exists,
-in stock SGLang either: on 0.5.20 to 0.5.23 the commit is SGLang's MTP commit, within 1e-3 of the
+in stock SGLang either: on 0.5.20 on the commit is SGLang's MTP commit, within 1e-3 of the
 recurrence, not bitwise; a reference that verifies with FlashInfer's MTP kernel commits FlashInfer's
 state; and a reference without speculation decodes with another kernel (0.5.19's plain GDN decode on
 CUDA runs `fused_recurrent_gated_delta_rule_packed_decode`, which rounds beta to bf16; about 1.6e-3
