@@ -4,10 +4,11 @@ Why: the periodic smoke on each node (deploy role `sglang_monitor`) is watched b
 people. The file holds the outcome, when it ran and how long it took, the accept length per class next to
 the thresholds profile's baseline for that class (the alerts compare the two; no baseline, no series, and
 an alert says the baseline is missing), the exactness checks and their divergences, and which gates
-failed. A failed or stopped run (exit 1 or 2) writes the file too, with `replayssm_smoke_success 0`; the
-last success time is carried over from the file the previous run left, so it always says when the node
-last passed, and so are the baselines when the run stopped before it chose a thresholds profile (the
-dead-draft alerts compare with them: a run that cannot run must not resolve one). Written atomically (`cliutil.atomic_write`: a temp name the collector ignores, then a rename).
+failed. A failed or stopped run (exit 1 or 2) writes the file too, with `replayssm_smoke_success 0`; the last
+success time is carried over from the file the previous run left, so it always says when the node last passed,
+and so are the baselines when the run stopped before it chose a thresholds profile (the dead-draft alerts
+compare with them: a run that cannot run must not resolve one). Written atomically (`cliutil.atomic_write`: a
+temp name the collector ignores, then a rename).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ What is faithful to 0.5.19 (field names and shapes checked against the installed
     /get_server_info (flat server arguments, `internal_states[0].avg_spec_accept_length`, `version`),
     /model_info and /get_model_info, /metrics (Prometheus text: `sglang:generation_tokens_total`,
     `sglang:spec_verify_calls_total`, `sglang:spec_accept_length`, `sglang:spec_accept_rate`, with the
-    scheduler's labels; the labelled counters only from the first finished request on, as in SGLang), /v1/loads (`loads[]` per DP rank with `num_running_reqs`, `num_waiting_reqs`, ...)
-    and the deprecated /get_load (`num_reqs` = running + waiting).
+    scheduler's labels; the labelled counters only from the first finished request on, as in SGLang), /v1/loads
+    (`loads[]` per DP rank with `num_running_reqs`, `num_waiting_reqs`, ...) and the deprecated /get_load
+    (`num_reqs` = running + waiting).
   * SIGTERM drains like `TokenizerManager.sigterm_watchdog`: from the signal on /health and /health_generate
     answer 503, new /generate requests are still served, and the process exits once no request is in
     flight, checked every `--drain-poll-seconds` (SGLang: 5 s); `SGL_FORCE_SHUTDOWN=1`, or a server

@@ -138,8 +138,8 @@ CASES = {
         "8m", "ReplaySSMServingWithoutFold", []),
     "the overlay is not patched": (
         [node("replayssm_overlay_info", "1x10", patch_state="pristine")], "8m", "ReplaySSMOverlayNotPatched",
-        [fired("ReplaySSMOverlayNotPatched", "n1 (sglang-overlay): the overlay's patch state is 'pristine', not patched",
-               **WHERE, patch_state="pristine")]),
+        [fired("ReplaySSMOverlayNotPatched",
+               "n1 (sglang-overlay): the overlay's patch state is 'pristine', not patched", **WHERE, patch_state="pristine")]),
     "the overlay is patched": (
         [node("replayssm_overlay_info", "1x10", patch_state="patched")], "8m", "ReplaySSMOverlayNotPatched", []),
     "serving with SGLang's fold": (
@@ -275,7 +275,8 @@ CASES = {
                 {"instance": "prom:9090", "job": "prometheus", "rule_group": "/etc/prometheus/r.yml;replayssm"},
                 "0x5 0+1x10")],
         "10m", "ReplaySSMRuleEvaluationFailures",
-        [fired("ReplaySSMRuleEvaluationFailures", "Missing data: Prometheus prom:9090 fails to evaluate the replayssm rules",
+        [fired("ReplaySSMRuleEvaluationFailures",
+               "Missing data: Prometheus prom:9090 fails to evaluate the replayssm rules",
                instance="prom:9090", job="prometheus", rule_group="/etc/prometheus/r.yml;replayssm")]),
     "another group's rules fail, ours evaluate": (
         [series("prometheus_rule_evaluation_failures_total",
@@ -457,7 +458,8 @@ RUNBOOK = REPO / "deploy" / "monitoring" / "runbook.md"
 def _runbook_sections() -> dict[str, str]:
     """anchor (a heading as GitHub links it) -> the section's text."""
     parts = re.split(r"^## (.+)$", RUNBOOK.read_text(), flags=re.M)
-    return {re.sub(r"[^a-z0-9 -]", "", head.lower()).replace(" ", "-"): body for head, body in zip(parts[1::2], parts[2::2])}
+    heads = [re.sub(r"[^a-z0-9 -]", "", head.lower()).replace(" ", "-") for head in parts[1::2]]
+    return dict(zip(heads, parts[2::2]))
 
 
 def test_every_alert_links_a_runbook_section_that_says_what_it_means_and_what_to_do():
