@@ -9,15 +9,23 @@ not in the rules: the periodic smoke exports its thresholds profile's `baseline_
 metric (`replayssm_smoke_accept_length_baseline`, chosen by the smoke suite's own profile selection for
 the model and algorithm the node serves) and PromQL compares with it (notes/decisions.md says why).
 
-Series the rules read, by who writes them:
-  SGLang (--enable-metrics)    sglang:generation_tokens_total, sglang:spec_verify_calls_total
+Series the rules read, by who writes them (each selected by the settings' label matchers, injected into
+every series as the kubernetes mixins do, so a server outside the fleet's scrape jobs is never read):
+  SGLang (--enable-metrics)    sglang:generation_tokens_total, sglang:spec_verify_calls_total (labelled
+                               counters: no sample before the first request; per class where the
+                               requests carry a `class` custom label), and its target's `up`
   node job (sglang_monitor)    replayssm_node_* (the container as the host sees it), and through
                                `replayssm-overlay metrics` replayssm_overlay_* (fold, self-check, shapes)
   periodic smoke (--prom-out)  replayssm_smoke_* (outcome, accept length and baseline per class)
+  node_exporter, Prometheus    `up`, node_textfile_scrape_error, prometheus_rule_evaluation_failures_total
 The textfile series carry `service` and `sglang_port`; the SGLang and node_exporter targets of a node must
-be scraped under the same host (the part of `instance` before the port), which is how they are joined.
-Every alert that fires because data is missing or stale says so (category "missing-data", a summary that
-starts with "Missing data:"); the others compare data that is there, so an absent series fires nothing.
+be scraped under the same host (the part of `instance` before the port), which is how they are joined. The
+joins cannot break on a leftover file: per host and port only the service whose smoke ran last counts.
+Losing data resolves nothing: the node facts an alert compares keep their last value for `hold` after
+node_exporter stops answering, and a target that does not answer is an alert of its own. Every alert that
+fires because data is missing or stale says so (category "missing-data", a summary that starts with
+"Missing data:"); the others compare data that is there, so an absent series fires nothing. Every alert
+links its section of deploy/monitoring/runbook.md (annotation runbook_url).
 
     python3 deploy/monitoring/alert_rules.py [--set KEY=VALUE ...] [--settings JSON] [--out FILE]
 """
