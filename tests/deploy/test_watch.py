@@ -66,7 +66,7 @@ FAST_RULES = {
     "for_fallback_shape": "0s",
     "for_smoke_failed": "0s",
     "for_image": "2s",
-    "for_missing": "30s",
+    "for_missing": "10s",
     "for_down": "2s",
     "for_scrape_error": "2s",
     "smoke_stale_after": "1h",
@@ -358,7 +358,7 @@ def test_a_node_exporter_that_stops_resolves_nothing_and_is_alerted(fleet, obser
     try:
         firing = observed.wait_for(lambda f: "node2" in f.get("ReplaySSMNodeExporterDown", ()), timeout=60)
         assert "node2" in firing.get("ReplaySSMNodeExporterDown", set()), firing
-        _holds(observed, kept, 20)  # the rules hold node2's facts for `hold` (1h): nothing resolves
+        _holds(observed, kept, 10)  # the rules hold node2's facts for `hold` (1h): nothing resolves
     finally:
         observed.exporters["node2"] = observed.exporter(node2)
         observed.exporters["node2"].wait_ready()
