@@ -409,7 +409,7 @@ def _node_job(node, job: str) -> subprocess.CompletedProcess:
     monitor = node.state_dir / "monitor"
     config = monitor / SERVICE / "config.json"
     return subprocess.run(
-        ["python3", str(monitor / "sglang-node-monitor"), job, "--config", str(config)],
+        ["/usr/bin/python3", str(monitor / "sglang-node-monitor"), job, "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=300,
