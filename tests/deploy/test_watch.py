@@ -38,6 +38,7 @@ SERVICE = "sglang-watch"
 PORT = 30100
 BAD_DRAFT = "/tmp/rso-accept-length"  # inside the container: while it exists, the double's accept length
 BASELINE_LINE = "replayssm_smoke_accept_length_baseline{"
+RAN = "replayssm_smoke_last_run_timestamp_seconds"
 PROMPTS = [  # one per class the thresholds have a baseline for; 16 tokens each keeps a run short
     {"id": "code-1", "class": "code", "prompt": "def fibonacci(n):\n", "max_new_tokens": 16},
     {"id": "prose-1", "class": "prose", "prompt": "The river runs through the valley", "max_new_tokens": 16},
@@ -371,14 +372,13 @@ def test_a_leftover_file_of_a_renamed_service_breaks_no_rule_and_monitor_removes
     node2 = fleet.nodes[1]
     folder = node2.root / "textfile"
     current = (folder / f"replayssm_smoke_{SERVICE}.prom").read_text()
-    ran = promtext.value_of(current, "replayssm_smoke_last_run_timestamp_seconds")
+    ran = promtext.value_of(current, RAN)
     # what a rename of sglang_container_name leaves: the old name's smoke file for the same port, an hour older,
     # with a baseline so low that it would hide the dead draft if the rules took it
+    older = {RAN: repr(ran - 3600), BASELINE_LINE: "1.0"}
     old = "".join(
-        (line.rsplit(" ", 1)[0] + " 1.0" if line.startswith(BASELINE_LINE) else line) + "\n"
-        for line in current.replace(f'service="{SERVICE}"', 'service="sglang-watch-old"')
-        .replace(repr(ran), repr(ran - 3600))
-        .splitlines()
+        next((line.rsplit(" ", 1)[0] + " " + v for k, v in older.items() if line.startswith(k)), line) + "\n"
+        for line in current.replace(f'service="{SERVICE}"', 'service="sglang-watch-old"').splitlines()
     )
     leftover = folder / "replayssm_smoke_sglang-watch-old.prom"
     leftover.write_text(old)
