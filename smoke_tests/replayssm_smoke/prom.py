@@ -4,19 +4,25 @@ Why: the periodic smoke on each node (deploy role `sglang_monitor`) is watched b
 people. The file holds the outcome, when it ran and how long it took, the accept length per class next to
 the thresholds profile's baseline for that class (the alerts compare the two; no baseline, no series, and
 an alert says the baseline is missing), the exactness checks and their divergences, and which gates
-failed. A failed or stopped run (exit 1 or 2) writes the file too, with `replayssm_smoke_success 0`; the
-last success time is carried over from the file the previous run left, so it always says when the node
-last passed. Written atomically (`cliutil.atomic_write`: a temp name the collector ignores, then a rename).
+failed. A failed or stopped run (exit 1 or 2) writes the file too, with `replayssm_smoke_success 0`; the last
+success time is carried over from the file the previous run left, so it always says when the node last passed,
+and so are the baselines when the run stopped before it chose a thresholds profile (the dead-draft alerts
+compare with them: a run that cannot run must not resolve one). Written atomically (`cliutil.atomic_write`: a
+temp name the collector ignores, then a rename).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from replayssm_overlay.cliutil import atomic_write
 from replayssm_overlay.promtext import Exposition, value_of
 
 LAST_SUCCESS = "replayssm_smoke_last_success_timestamp_seconds"
+BASELINE = "replayssm_smoke_accept_length_baseline"
+_BASELINE_SAMPLE = re.compile(BASELINE + r'\{(?:.*,)?class="((?:[^"\\]|\\.)*)"[^}]*\}\s+(\S+)$')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 EXACTNESS_HELP = "1 if the exactness check of the last run passed, per check (teacher_forced, parity when run)."
 DIVERGENCES_HELP = (
     "Divergences of the last run: teacher-forced violations and ties, parity prompts that failed or "
@@ -24,15 +30,28 @@ DIVERGENCES_HELP = (
 )
 
 
-def _previous_success(path: Path) -> float | None:
+def _previous(path: Path) -> str:
     try:
-        return value_of(path.read_text(encoding="utf-8"), LAST_SUCCESS)
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return None
+        return ""
 
 
-def exposition(doc: dict, finished: float, last_success: float | None, labels: dict[str, str]) -> str:
-    """Prometheus text of report.json `doc` (a finished or stopped run) that ended at `finished`."""
+def _previous_baselines(text: str) -> dict[str, float]:
+    """class -> baseline in the exposition a previous run left."""
+    found = {}
+    for line in text.splitlines():
+        match = _BASELINE_SAMPLE.match(line)
+        if match:
+            found[re.sub(r'\\[\\"n]', lambda m: _UNESCAPE[m.group(0)], match.group(1))] = float(match.group(2))
+    return found
+
+
+def exposition(
+    doc: dict, finished: float, last_success: float | None, labels: dict[str, str], previous: str = ""
+) -> str:
+    """Prometheus text of report.json `doc` (a finished or stopped run) that ended at `finished`; `previous`
+    is the exposition the run before left (its baselines stay when this run chose no profile)."""
     out = Exposition(labels)
     target = doc.get("target") or {}
     th = doc.get("thresholds") or {}
@@ -89,9 +108,10 @@ def exposition(doc: dict, finished: float, last_success: float | None, labels: d
                 stats["p10"],
                 **{"class": cls},
             )
-    for cls, value in sorted((th.get("baseline_accept_length") or {}).items()):
+    baselines = th.get("baseline_accept_length") if th.get("profile") else _previous_baselines(previous)
+    for cls, value in sorted((baselines or {}).items()):
         out.add(
-            "replayssm_smoke_accept_length_baseline",
+            BASELINE,
             "gauge",
             "The thresholds profile's measured accept length for the class (what the alerts compare with).",
             value,
@@ -132,6 +152,7 @@ def _exactness(out: Exposition, exactness: dict) -> None:
 
 
 def write(path: str, doc: dict, finished: float, labels: dict[str, str]) -> None:
-    """Replace `path` with the run's metrics, keeping the last success time its previous content held."""
-    target = Path(path)
-    atomic_write(target, exposition(doc, finished, _previous_success(target), labels))
+    """Replace `path` with the run's metrics, keeping the last success time (and, when the run chose no
+    profile, the baselines) its previous content held."""
+    previous = _previous(Path(path))
+    atomic_write(Path(path), exposition(doc, finished, value_of(previous, LAST_SUCCESS), labels, previous))

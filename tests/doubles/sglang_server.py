@@ -18,8 +18,9 @@ What is faithful to 0.5.19 (field names and shapes checked against the installed
     /get_server_info (flat server arguments, `internal_states[0].avg_spec_accept_length`, `version`),
     /model_info and /get_model_info, /metrics (Prometheus text: `sglang:generation_tokens_total`,
     `sglang:spec_verify_calls_total`, `sglang:spec_accept_length`, `sglang:spec_accept_rate`, with the
-    scheduler's labels), /v1/loads (`loads[]` per DP rank with `num_running_reqs`, `num_waiting_reqs`, ...)
-    and the deprecated /get_load (`num_reqs` = running + waiting).
+    scheduler's labels; the labelled counters only from the first finished request on, as in SGLang), /v1/loads
+    (`loads[]` per DP rank with `num_running_reqs`, `num_waiting_reqs`, ...) and the deprecated /get_load
+    (`num_reqs` = running + waiting).
   * SIGTERM drains like `TokenizerManager.sigterm_watchdog`: from the signal on /health and /health_generate
     answer 503, new /generate requests are still served, and the process exits once no request is in
     flight, checked every `--drain-poll-seconds` (SGLang: 5 s); `SGL_FORCE_SHUTDOWN=1`, or a server
@@ -145,7 +146,8 @@ class ServerState:
         self.model = ToyModel()
         self.started = time.time()
         self.lock = threading.Lock()
-        self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0, "accept_tokens": 0}
+        self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0,
+                         "accept_tokens": 0}
         self.last_window = {"accept_length": 0.0, "accept_rate": 0.0}
         self.in_flight = 0  # /generate requests being served (SGLang: len(rid_to_state))
         self.draining = False  # set by SIGTERM (SGLang: tokenizer_manager.gracefully_exit)
@@ -282,6 +284,7 @@ class ServerState:
         meta["e2e_latency"] = time.time() - tic
         meta.update(spec)
         with self.lock:
+            self.counters["requests"] += 1
             self.counters["prompt_tokens"] += len(ids)
             self.counters["generation_tokens"] += len(out)
             if spec:
@@ -369,7 +372,9 @@ class ServerState:
         with self.lock:
             c = dict(self.counters)
             w = dict(self.last_window)
-        lines = [
+        # labelled counters have no sample until the first finished request (SGLang 0.5.19 creates the
+        # label set then); the gauges are there from the start
+        lines = [] if not c["requests"] else [
             "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
             "# TYPE sglang:prompt_tokens_total counter",
             f'sglang:prompt_tokens_total{{{base},is_streaming="false"}} {float(c["prompt_tokens"])}',
@@ -377,11 +382,14 @@ class ServerState:
             "# TYPE sglang:generation_tokens_total counter",
             f'sglang:generation_tokens_total{{{base},is_streaming="false"}} {float(c["generation_tokens"])}',
         ]
-        if self.speculative:
+        if self.speculative and c["verify_calls"]:
             lines += [
                 "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.",
                 "# TYPE sglang:spec_verify_calls_total counter",
                 f"sglang:spec_verify_calls_total{{{base}}} {float(c['verify_calls'])}",
+            ]
+        if self.speculative:
+            lines += [
                 "# HELP sglang:spec_accept_length Mean acceptance length of speculative decoding "
                 "(accepted drafts + bonus token per forward).",
                 "# TYPE sglang:spec_accept_length gauge",

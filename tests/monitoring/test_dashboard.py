@@ -51,6 +51,12 @@ def test_the_dashboard_is_importable():
     assert "accept length per node" in titles and "fold in use" in titles and "smoke history" in titles
 
 
+def test_every_panel_follows_the_host_and_service_variables():
+    for panel in PANELS:
+        for target in panel["targets"]:
+            assert "$host" in target["expr"] and "$service" in target["expr"], (panel["title"], target["expr"])
+
+
 def test_every_query_evaluates(empty_prometheus):
     for expr in _queries():
         concrete = expr.replace("$host", ".+").replace("$service", ".+")

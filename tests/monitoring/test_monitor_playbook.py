@@ -1,7 +1,7 @@
 """deploy/playbooks/monitor.yml refuses bad input on the controller, before any node is contacted: a node
 without --enable-metrics, a smoke prompt file that does not parse, a thresholds file without a baseline for
-the node's model, unusable settings. Each is one clear message naming the node; the nodes (TEST-NET
-addresses nothing answers on) are never reached. (The install itself, on real nodes, is tests/deploy/test_watch.py.)
+the node's model, unusable settings. Each is one clear message naming the node; the node (a loopback
+port nothing listens on) is never reached. (The install itself, on real nodes, is tests/deploy/test_watch.py.)
 """
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.infra.prometheus import free_port
 from tests.monitoring.conftest import ansible_playbook
 
 NODE = {
-    "ansible_host": "192.0.2.7",  # never contacted
+    "ansible_host": "127.0.0.1",  # never contacted: nothing listens on the port
+    "ansible_port": free_port(),
     "sglang_model_path": "/models/Qwen3.5-35B-A3B",
     "sglang_speculative_algorithm": "DFLASH",
     "sglang_flags": {"enable-linear-replayssm-spec": True, "enable-metrics": True},

@@ -95,6 +95,28 @@ def test_info_endpoints_and_metrics_use_the_release_names(double):
             "/get_model_info"} <= routes
 
 
+def _labelled_counters(rel: str) -> set[str]:
+    """Counters the release increments as `self.<name>.labels(...).inc(...)`: no sample before the first call."""
+    return {
+        n.func.value.func.value.attr
+        for n in ast.walk(_tree(rel))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "inc"
+        and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Attribute)
+        and n.func.value.func.attr == "labels" and isinstance(n.func.value.func.value, ast.Attribute)
+    }
+
+
+def test_labelled_counters_appear_with_the_first_request_as_in_the_release(double):
+    counters = {"prompt_tokens_total", "generation_tokens_total", "spec_verify_calls_total"}
+    assert counters <= _labelled_counters("srt/observability/metrics_collector.py")
+    url = double()
+    served = {line.split("{")[0] for line in _get(url + "/metrics").splitlines() if line.startswith("sglang:")}
+    assert served == {"sglang:spec_accept_length", "sglang:spec_accept_rate"}  # gauges only, before any request
+    _post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 8}})
+    served = {line.split("{")[0] for line in _get(url + "/metrics").splitlines() if line.startswith("sglang:")}
+    assert {f"sglang:{name}" for name in counters} <= served
+
+
 def test_stock_sglang_command_line_is_accepted(double):
     url = double("--tp-size", "8", "--mem-fraction-static", "0.8", "--speculative-draft-model-path", "/m/draft",
                  spec=True)

@@ -1,5 +1,5 @@
 """The smoke suite as a periodic job: `--prom-out` (the result as Prometheus text, also on a failed or
-stopped run, with the last success carried over), `--prom-label`, `--no-metrics-gate`, and
+stopped run, with the last success and the baselines carried over), `--prom-label`, `--no-metrics-gate`, and
 `--check-inputs` (the files and the model's baseline validated without a server)."""
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ def test_failed_and_stopped_runs_keep_the_last_success(tmp_path, double, smoke):
     assert value_of(stopped, "replayssm_smoke_exit_code") == 2 and value_of(stopped, "replayssm_smoke_success") == 0
     assert value_of(stopped, "replayssm_smoke_last_success_timestamp_seconds") == success
     assert "replayssm_smoke_accept_length{" not in stopped
+    # the baselines stay: the dead-draft alerts compare the live accept length with them
+    baselines = [line for line in passed.splitlines() if line.startswith("replayssm_smoke_accept_length_baseline{")]
+    assert len(baselines) == 4 and all(line + "\n" in stopped for line in baselines)
 
 
 def test_without_a_baseline_no_baseline_series_is_written(tmp_path, double, smoke):
