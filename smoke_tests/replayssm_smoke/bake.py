@@ -134,7 +134,8 @@ def headline(summary: dict) -> str:
             "no-verdict": f"NO VERDICT: the canary served {summary['requests']} request(s), fewer than the "
                           f"{_min_requests(summary)} a verdict needs, in {summary['seconds']} s + "
                           f"{summary['waited_s']} s of waiting"}[summary["verdict"]]
-    return f"bake of {summary['canary']} against {against}, {summary['seconds']} s of live traffic: {what}"
+    return (f"bake of {summary['canary']} against {against}, {summary['seconds']} s of live traffic ending "
+            f"{summary['ended_at']}: {what}")
 
 
 def _min_requests(summary: dict) -> str:
