@@ -7,7 +7,8 @@ One fleet and one router (smg) for the module, in file order, each bake starting
 passes the smoke gate but collapses on the live class (the double's --accept-length-for, planted on the
 canary's new container) stops the run at the canary and rolls it back with no failed request; a canary whose
 inter-token latency doubles is stopped; too little traffic stops without a verdict; the control, the same
-rollout with a good draft, is promoted and rolls on; bad bake settings are refused before anything changes.
+rollout with a good draft, is promoted and rolls on; a run killed mid-bake bakes the canary again on the next
+run; bad bake settings are refused before anything changes.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import re
 import pytest
 
 from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, start_router
-from tests.deploy.runner import ansible_playbook, write_inventory
-from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _no_journals, _urls
+from tests.deploy.runner import RunningPlaybook, ansible_playbook, write_inventory
+from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _kill_when, _no_journals, _urls
 
 pytestmark = pytest.mark.slow
 
@@ -55,12 +56,17 @@ def baked(fleet, saved_images, tmp_path_factory):
         router.stop()
 
 
-def _rollout(baked: Routed, name: str, canary_env: dict | None = None, **overrides):
-    """rollout.yml of v2 under the live load, node1 (the canary) with `canary_env`: (result, load report)."""
+def _inventory(baked: Routed, name: str, canary_env: dict | None = None, image: str = "v2", **overrides):
+    """An inventory of `image` with the bake on, node1 (the canary) with `canary_env`."""
     bake = {**BAKE, "sglang_bake_thresholds": str(baked.root / "thresholds.yaml"),
             "sglang_bake_report_dir": str(baked.root / "bake"), **overrides}
     hosts = {"node1": {"sglang_env": canary_env}} if canary_env else None
-    inventory = baked.inventory(name, "v2", host_overrides=hosts, **bake)
+    return baked.inventory(name, image, host_overrides=hosts, **bake)
+
+
+def _rollout(baked: Routed, name: str, canary_env: dict | None = None, **overrides):
+    """rollout.yml of v2 under the live load, node1 (the canary) with `canary_env`: (result, load report)."""
+    inventory = _inventory(baked, name, canary_env, **overrides)
     load = baked.load(name, prefix=LIVE)
     try:
         result = ansible_playbook(baked.fleet, "rollout.yml", inventory)
@@ -141,6 +147,32 @@ def test_the_same_rollout_with_a_good_draft_is_promoted(baked, on_v1):
     assert _no_journals(baked.fleet) == []
 
 
+def test_a_run_killed_mid_bake_bakes_the_canary_again_on_the_next_run(baked):
+    """The controller dies while the canary bakes (a rollout back to v1, from where the test before left the
+    fleet): the canary's bake journal stays, and the next run (the canary up to date by then) bakes it again
+    before the next batch, then rolls on."""
+    fleet = baked.fleet
+    running = {name: (c or {}).get("image") for name, c in _containers(fleet).items()}
+    assert set(running.values()) == {baked.images["v2"].image_id}, "the test before left another state"
+    journal = fleet.nodes[0].state_dir / f"{SERVICE}.baking.json"
+    inventory = _inventory(baked, "killed", None, image="v1", sglang_rollout_serial=[1, 2])
+    load = baked.load("killed", prefix=LIVE)
+    try:
+        run = RunningPlaybook(fleet, "rollout.yml", inventory)
+        killed, fired = _kill_when(run, journal.exists)
+        assert fired, killed.output[-3000:]
+        assert journal.exists()
+        result = ansible_playbook(fleet, "rollout.yml", inventory)
+    finally:
+        report = load.result()
+    assert result.rc == 0, result.output[-4000:]
+    assert report["failed"] == 0, report["failures"]
+    assert "node1: resuming the bake an earlier run left unfinished: baking" in " ".join(result.output.split())
+    assert _last_bake(fleet.nodes[0])["verdict"] == "promote"
+    assert all(c["image"] == baked.images["v1"].image_id for c in _containers(fleet).values())
+    assert _no_journals(fleet) == []
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"sglang_canary_bake": 1, "sglang_bake_poll": 5}, "a bake of 1 s is shorter than one reading interval (5 s)"),
     ({"sglang_bake_accept_tolerance": 1.5}, "is not a fraction in [0, 1)"),
@@ -148,6 +180,7 @@ def test_the_same_rollout_with_a_good_draft_is_promoted(baked, on_v1):
     ({"sglang_rollout_serial": ["50%"]}, 'does not start with a canary of one node'),
 ])
 def test_bad_bake_settings_stop_the_run_before_anything_changes(baked, overrides, message):
+    """v2 against a fleet on v1 (where the test before left it): refused, nothing changed."""
     before = _containers(baked.fleet)
     bake = {**BAKE, "sglang_bake_thresholds": str(baked.root / "thresholds.yaml"), **overrides}
     result = ansible_playbook(baked.fleet, "rollout.yml", baked.inventory("bad-bake", "v2", **bake))
