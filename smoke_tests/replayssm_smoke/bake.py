@@ -132,9 +132,9 @@ def headline(summary: dict) -> str:
     what = {"promote": "PASSED, promote",
             "fail": "FAILED on " + ", ".join(summary["failed_rows"]),
             "no-verdict": f"NO VERDICT: the canary served {summary['requests']} request(s), fewer than the "
-                          f"{_min_requests(summary)} a verdict needs, in {summary['seconds']} s + "
-                          f"{summary['waited_s']} s of waiting"}[summary["verdict"]]
-    return (f"bake of {summary['canary']} against {against}, {summary['seconds']} s of live traffic ending "
+                          f"{_min_requests(summary)} a verdict needs, in {summary['seconds']:g} s + "
+                          f"{summary['waited_s']:g} s of waiting"}[summary["verdict"]]
+    return (f"bake of {summary['canary']} against {against}, {summary['seconds']:g} s of live traffic ending "
             f"{summary['ended_at']}: {what}")
 
 

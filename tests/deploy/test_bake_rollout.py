@@ -5,10 +5,11 @@ old release.
 
 One fleet and one router (smg) for the module, in file order, each bake starting from v1 everywhere: a draft that
 passes the smoke gate but collapses on the live class (the double's --accept-length-for, planted on the
-canary's new container) stops the run at the canary and rolls it back with no failed request; a canary whose
-inter-token latency doubles is stopped; too little traffic stops without a verdict; the control, the same
-rollout with a good draft, is promoted and rolls on; a run killed mid-bake bakes the canary again on the next
-run; bad bake settings are refused before anything changes.
+canary's new container) stops the run at the canary and rolls it back with no failed request; the control,
+the same rollout with a good draft, is promoted and rolls on; a run killed mid-bake bakes the canary again on
+the next run; bad bake settings are refused before anything changes. Every other verdict (latency doubled,
+too little traffic) takes the same way out of the rollout as the collapsed draft; tests/smoke/test_bake.py
+checks each verdict on stand-in servers in seconds.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def _last_bake(node) -> dict:
     return json.loads((node.state_dir / "bake" / f"{SERVICE}.json").read_text())
 
 
-def _stopped_at_the_canary(baked: Routed, result, report, failed_row: str) -> dict:
+def test_a_draft_that_collapses_on_the_live_class_is_stopped_at_the_canary(baked, on_v1):
+    result, report = _rollout(baked, "collapse", _env(f"--accept-length-for={LIVE.strip()}=1.0"))
     v1 = baked.images["v1"].image_id
     assert result.rc != 0
     assert report["failed"] == 0, report["failures"]
@@ -107,31 +109,12 @@ def _stopped_at_the_canary(baked: Routed, result, report, failed_row: str) -> di
     assert "The canary was taken out of the router and rolled back" in flat
     assert "   node1 " in result.output and "(rolled back after its bake, back on" in result.output
     last = _last_bake(baked.fleet.nodes[0])
-    assert failed_row in " ".join(last["failed_rows"]) or last["verdict"] == failed_row
-    return last
-
-
-def test_a_draft_that_collapses_on_the_live_class_is_stopped_at_the_canary(baked, on_v1):
-    result, report = _rollout(baked, "collapse", _env(f"--accept-length-for={LIVE.strip()}=1.0"))
-    last = _stopped_at_the_canary(baked, result, report, "accept length")
+    assert last["verdict"] == "fail" and "accept length" in last["failed_rows"]
     row = next(r for r in last["rows"] if r["metric"] == "accept length")
     assert row["verdict"] == "FAIL" and row["canary"] < row["old"] * 0.9
-    assert "node1: baking on live traffic for 6 s" in " ".join(result.output.split())  # its gates had passed
+    assert "node1: baking on live traffic for 6 s" in flat  # its gates had passed
     assert re.search(r"accept length\s+\S+\s+\S+\s+2\.8\s+.*FAIL", result.output), result.output[-3000:]
     assert report["requests"] > 20 and any(r["stream"] for r in report["records"])
-
-
-def test_a_canary_whose_latency_doubles_is_stopped(baked, on_v1):
-    slow = ROUTED_ENV["SGLANG_DOUBLE_ARGS"].replace("--step-ms 20", "--step-ms 40")
-    result, report = _rollout(baked, "slow", {"SGLANG_DOUBLE_ARGS": slow})
-    last = _stopped_at_the_canary(baked, result, report, "ITL p99")
-    assert next(r for r in last["rows"] if r["metric"] == "accept length")["verdict"] == "ok"
-
-
-def test_too_little_traffic_stops_without_a_verdict(baked, on_v1):
-    result, report = _rollout(baked, "quiet", sglang_bake_min_requests=100000, sglang_bake_max_wait=2)
-    _stopped_at_the_canary(baked, result, report, "no-verdict")
-    assert "NO VERDICT: the canary served" in result.output
 
 
 def test_the_same_rollout_with_a_good_draft_is_promoted(baked, on_v1):
