@@ -58,8 +58,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-workers: {description: "the router's workers after the change (url, id, is_healthy, load, status, priority)", type: list,
-  returned: always}
+workers:
+  description: "the router's workers after the change (url, id, is_healthy, load, status, priority)"
+  type: list
+  returned: always
 kind: {description: "smg or sglang-router as the router's answers say (null for a router listing no worker)", type: str,
   returned: always}
 worker: {description: the worker_url's entry, or null when the router does not list it, type: dict, returned: always}
@@ -130,9 +132,9 @@ class Router:
         if kind is None:
             return
         if self.expected not in ("auto", kind):
-            raise RouterError(f"the router at {self.base} answers as {kind}, not as sglang_router_kind={self.expected}; "
-                              f"set sglang_router_kind to {kind} (or auto), or point sglang_router_url at the "
-                              f"{self.expected} router")
+            raise RouterError(f"the router at {self.base} answers as {kind}, not as "
+                              f"sglang_router_kind={self.expected}; set sglang_router_kind to {kind} (or auto), "
+                              f"or point sglang_router_url at the {self.expected} router")
         self.kind = kind
 
     def find(self, worker_url: str) -> dict | None:
