@@ -19,6 +19,7 @@ import re
 
 import pytest
 
+from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
 from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, start_router
 from tests.deploy.runner import RunningPlaybook, ansible_playbook, write_inventory
 from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _kill_when, _no_journals, _urls
@@ -26,7 +27,12 @@ from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _kill
 pytestmark = pytest.mark.slow
 
 LIVE = "chat: "
-BAKE = {"sglang_canary_bake": 6, "sglang_bake_poll": 2, "sglang_bake_min_requests": 8, "sglang_bake_max_wait": 10}
+# A short bake sees about 16 requests per node: 16 new tokens each (the double varies acceptance per prompt, so
+# a few tokens per request would make each request's accept length all but two-valued) and a tolerance of 20%
+# keep a good canary's window within it; a collapsed draft is at a third of the old nodes.
+BAKE = {"sglang_canary_bake": 6, "sglang_bake_poll": 2, "sglang_bake_min_requests": 8, "sglang_bake_max_wait": 10,
+        "sglang_bake_accept_tolerance": 0.2}
+LOAD_TOKENS = 16
 THRESHOLDS = """\
 profiles:
   - name: test-fleet
@@ -68,12 +74,18 @@ def _inventory(baked: Routed, name: str, canary_env: dict | None = None, image: 
 def _rollout(baked: Routed, name: str, canary_env: dict | None = None, **overrides):
     """rollout.yml of v2 under the live load, node1 (the canary) with `canary_env`: (result, load report)."""
     inventory = _inventory(baked, name, canary_env, **overrides)
-    load = baked.load(name, prefix=LIVE)
+    load = _live_load(baked, name)
     try:
         result = ansible_playbook(baked.fleet, "rollout.yml", inventory)
     finally:
         report = load.result()
     return result, report
+
+
+def _live_load(baked: Routed, name: str) -> Background:
+    """The live traffic's class through the router, streams included, until the test stops it."""
+    return Background(baked.fleet, baked.router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, baked.root / f"{name}.load.json",
+                      max_new_tokens=LOAD_TOKENS, prefix=LIVE)
 
 
 def _back_to_v1(baked: Routed) -> None:
@@ -139,7 +151,7 @@ def test_a_run_killed_mid_bake_bakes_the_canary_again_on_the_next_run(baked):
     assert set(running.values()) == {baked.images["v2"].image_id}, "the test before left another state"
     journal = fleet.nodes[0].state_dir / f"{SERVICE}.baking.json"
     inventory = _inventory(baked, "killed", None, image="v1", sglang_rollout_serial=[1, 2])
-    load = baked.load("killed", prefix=LIVE)
+    load = _live_load(baked, "killed")
     try:
         run = RunningPlaybook(fleet, "rollout.yml", inventory)
         killed, fired = _kill_when(run, journal.exists)
