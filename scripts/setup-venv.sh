@@ -4,7 +4,8 @@
 # (editable), and every later release the overlay supports (patcher/releases.py: SUPPORTED_RELEASES),
 # each with --no-deps under .venv/sglang-releases/<release> for the per-release tests (their srt modules
 # import with the same dependencies). Idempotent: a stamp file records the inputs; a re-run with the same
-# inputs does nothing.
+# inputs does nothing. Beside it, .venv-smg holds smg (Shepherd Model Gateway, the router that continues
+# sglang-router), which the router tests run: both wheels install an `smg` script, so they cannot share one.
 # Progress goes to stderr (so `make demo-json` keeps stdout for its JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,12 @@ VENV=${VENV:-.venv}
 PY=${PYTHON:-python3.11}
 stamp="$VENV/.rso-setup-stamp"
 releases_py=overlay/replayssm_overlay/patcher/releases.py
-want="v4 $(sha256sum scripts/setup-venv.sh pyproject.toml "$releases_py" | sha256sum | cut -c1-16)"
+want="v5 $(sha256sum scripts/setup-venv.sh pyproject.toml "$releases_py" | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup-venv: $VENV is up to date" >&2; exit 0
 fi
 command -v "$PY" >/dev/null || { echo "setup-venv: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
-step() { echo "setup-venv: [$1/7] $2" >&2; }
+step() { echo "setup-venv: [$1/8] $2" >&2; }
 step 1 "creating $VENV with $($PY --version)"
 "$PY" -m venv "$VENV" >&2 || {
   echo "setup-venv: $PY -m venv failed (above); Debian ships the venv module apart: install ${PY##*/}-venv as" \
@@ -72,5 +73,12 @@ if ! ls .cache/wheels/sglang-0.5.18-*.whl >/dev/null 2>&1; then
   echo "setup-venv: the SGLang 0.5.18 wheel (refused by the patcher tests) into .cache/wheels" >&2
   "$VENV/bin/python" -m pip download -q --no-deps --disable-pip-version-check sglang==0.5.18 -d .cache/wheels >&2
 fi
+SMG_VENV=${SMG_VENV:-.venv-smg}
+step 8 "smg 1.13.0 (the router after sglang-router 0.3.2) in $SMG_VENV"
+rm -rf "$SMG_VENV"
+"$PY" -m venv "$SMG_VENV" >&2
+"$SMG_VENV/bin/python" -m pip install -q --disable-pip-version-check smg==1.13.0 >&2
+"$SMG_VENV/bin/python" -c "import smg.launch_router" \
+  || { echo "setup-venv: smg does not import in $SMG_VENV" >&2; exit 1; }
 echo "$want" > "$stamp"
 echo "setup-venv: done" >&2

@@ -41,7 +41,7 @@ def _log(message: str) -> None:
 
 def _rollout(fleet, router, image, root: Path, name: str, integration: bool) -> dict:
     """One 3-node rollout of `image` under load through `router`; its numbers."""
-    extra = {"sglang_router_url": router.url} if integration else {}
+    extra = {"sglang_router_url": router.url, "sglang_canary_bake": 0} if integration else {}
     stem = name.replace(" ", "-").replace(",", "")
     inventory = write_inventory(fleet, root / f"{stem}.json", image, sglang_env=ROUTED_ENV, **extra)
     load = Background(fleet, router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, root / f"{stem}.load.json")

@@ -6,7 +6,9 @@ the requests in flight finish and reports), every request has a timeout, and it 
 host is not one of the `--allow` addresses (the tests pass the fleet's controller and node addresses).
 It runs wherever the caller puts it; the tests start it inside the controller's namespace, where the
 router and the nodes are reachable. Prints (or writes with --out) one JSON report: counts, failures by
-reason, latency percentiles, and every request's start, end and outcome. Nothing here ships.
+reason, latency percentiles, and every request's start, end and outcome. Every second request streams (as real
+clients do: server-sent events, which must end in `data: [DONE]`) unless --no-streams; --prefix starts every
+prompt with a request class (the double's --accept-length-for matches it). Nothing here ships.
 
     python -m tests.deploy.loadgen --url http://10.201.7.1:30100 --allow 10.201.7.1 --requests 400 \\
         --concurrency 4 --out load.json
@@ -44,12 +46,22 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[max(1, math.ceil(q / 100.0 * len(ordered))) - 1]
 
 
+def _streamed(raw: bytes) -> dict:
+    """The last answer of a server-sent event stream, or {"cut": True} when it does not end in `data: [DONE]`."""
+    events = [block[len(b"data: "):] for block in raw.split(b"\n\n") if block.startswith(b"data: ")]
+    if len(events) < 2 or events[-1] != b"[DONE]":
+        return {"cut": True}
+    return json.loads(events[-2])
+
+
 class Load:
     """Sends `requests` requests, `concurrency` at a time, to `url`/generate; `stop()` ends it early."""
 
-    def __init__(self, url: str, requests: int, concurrency: int, max_new_tokens: int = 4):
+    def __init__(self, url: str, requests: int, concurrency: int, max_new_tokens: int = 4, streams: bool = True,
+                 prefix: str = ""):
         self.url = url.rstrip("/") + "/generate"
         self.requests, self.concurrency, self.max_new_tokens = requests, concurrency, max_new_tokens
+        self.streams, self.prefix = streams, prefix
         self._stopping = threading.Event()
         self._next = 0
         self._lock = threading.Lock()
@@ -66,21 +78,22 @@ class Load:
             return self._next - 1
 
     def _one(self, index: int) -> dict:
-        body = json.dumps({"text": f"request {index}: the capital of France is",
+        stream = self.streams and index % 2 == 1
+        body = json.dumps({"text": f"{self.prefix}request {index}: the capital of France is", "stream": stream,
                            "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0}}).encode()
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
         start = time.time()
         outcome = "ok"
         try:
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as reply:
-                answer = json.loads(reply.read())
+                answer = _streamed(reply.read()) if stream else json.loads(reply.read())
             if not answer.get("output_ids"):
-                outcome = "answer without output_ids"
+                outcome = "stream cut before [DONE]" if answer.get("cut") else "answer without output_ids"
         except urllib.error.HTTPError as exc:
             outcome = f"HTTP {exc.code}"
         except (OSError, ValueError) as exc:
             outcome = type(getattr(exc, "reason", exc)).__name__
-        return {"index": index, "start": start, "end": time.time(), "outcome": outcome}
+        return {"index": index, "start": start, "end": time.time(), "outcome": outcome, "stream": stream}
 
     def _worker(self) -> None:
         while (index := self._take()) is not None:
@@ -113,11 +126,13 @@ class Background:
     """The load generator as a child process inside the fleet's controller namespace (where the router and
     the nodes are reachable), aimed at `url`, allowed only the fleet's addresses. `result()` waits for it."""
 
-    def __init__(self, fleet, url: str, requests: int, concurrency: int, out: Path, max_new_tokens: int = 4):
+    def __init__(self, fleet, url: str, requests: int, concurrency: int, out: Path, max_new_tokens: int = 4,
+                 prefix: str = ""):
         self.out = out
         allow = [fleet.controller_address, *(node.address for node in fleet.nodes)]
         cmd = [sys.executable, "-m", "tests.deploy.loadgen", "--url", url, "--requests", str(requests),
                "--concurrency", str(concurrency), "--max-new-tokens", str(max_new_tokens), "--out", str(out),
+               f"--prefix={prefix}",
                *(f"--allow={a}" for a in allow)]
         self.proc = subprocess.Popen(fleet.netns_cmd(*cmd), cwd=Path(__file__).resolve().parents[2],
                                      stdin=subprocess.DEVNULL, start_new_session=True)
@@ -147,13 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight at a time (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=4)
     p.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
+    p.add_argument("--no-streams", action="store_true", help="no streamed requests (default: every second one)")
+    p.add_argument("--prefix", default="", help="what every prompt starts with (a request class)")
     args = p.parse_args(argv)
     host = urllib.parse.urlsplit(args.url).hostname
     if host not in args.allow:
         p.error(f"{args.url} names {host}, which is not one of the allowed addresses {args.allow}")
     if args.requests < 1 or not 1 <= args.concurrency <= 64:
         p.error("--requests must be at least 1 and --concurrency 1 to 64")
-    load = Load(args.url, args.requests, args.concurrency, args.max_new_tokens)
+    load = Load(args.url, args.requests, args.concurrency, args.max_new_tokens, not args.no_streams, args.prefix)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: load.stop())
     text = json.dumps(load.run(), indent=1)

@@ -1,7 +1,10 @@
-"""The real sglang-router (PyPI, 0.3.2) in front of the test fleet, started in the controller's namespace.
+"""A real router in front of the test fleet, started in the controller's namespace: sglang-router 0.3.2 or
+smg 1.13.0 (ROUTERS), both from PyPI.
 
-The rollout's router mode talks to the operator's router; the tests run the real one (the Rust gateway in
-the `sglang-router` wheel, `python -m sglang_router.launch_router`) on the controller's bridge address with
+The rollout's router mode talks to the operator's router; the tests run the real ones (the Rust gateway in
+the `sglang-router` wheel, `python -m sglang_router.launch_router`, from .venv; Shepherd Model Gateway, the
+`smg` wheel, `python -m smg.launch_router`, from .venv-smg, since both wheels install an `smg` script) on
+the controller's bridge address with
 the fleet's nodes as workers, short health-check intervals, and its retries turned off by default: with
 retries (its default) a request cut by a stopped worker is re-run on another one, so a plain swap's cut
 requests would show only as latency; without them every request a switch cuts or sends to a stopped node
@@ -18,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.deploy.fleet import Fleet, terminate
 
 # What the routed fleet's servers run with (the test double's knobs, through the container's environment):
@@ -25,6 +30,11 @@ from tests.deploy.fleet import Fleet, terminate
 # request can be made on purpose), /metrics on.
 ROUTED_ENV = {"SGLANG_DOUBLE_ARGS": "--request-seconds 0.5 --step-ms 20 --enable-metrics"}
 ROUTER_PORT = 30100  # on the controller's bridge address, a namespace of the test's own
+REPO = Path(__file__).resolve().parents[2]
+# kind (sglang_router_kind) -> (the Python that has it, its launcher module); scripts/setup-venv.sh builds both
+ROUTERS = {"sglang-router": (Path(sys.executable), "sglang_router.launch_router"),
+           "smg": (REPO / ".venv-smg" / "bin" / "python", "smg.launch_router")}
+DRAINING = "draining"  # smg: removed, settling before it leaves the list
 # The router's own health checks (default: every 60 s, 3 failures to mark a worker unhealthy) are what a
 # plain swap leans on; 5 s keeps the tests short and still leaves a stopped node routed for ~15 s.
 HEALTH_INTERVAL_S = 5
@@ -39,6 +49,7 @@ class Router:
     url: str
     proc: subprocess.Popen
     log: Path
+    kind: str = "sglang-router"
 
     def _call(self, method: str, path: str, body: dict | None = None, timeout: float = 10.0):
         """One request from inside the controller namespace (curl there; this process is outside it)."""
@@ -84,9 +95,13 @@ class Router:
         raise AssertionError(f"the router lists {seen} after {timeout} s, not exactly {sorted(urls)} healthy")
 
     def reset(self, urls: set[str]) -> None:
-        """Make the router list exactly `urls` (each must serve), all healthy."""
+        """Make the router list exactly `urls` (each must serve), all healthy; a worker smg still drains is let
+        go first (it cannot be added back before)."""
         for url in set(self.workers()) - urls:
             self.remove(url)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while any(w.get("status") == DRAINING for w in self.workers().values()) and time.monotonic() < deadline:
+            time.sleep(0.3)
         for url in urls - set(self.workers()):
             self.add(url)
         self.wait_for(urls)
@@ -95,12 +110,16 @@ class Router:
         terminate(self.proc)
 
 
-def start_router(fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT) -> Router:
-    """Start sglang-router on the controller's bridge address with these workers; wait until it lists them
-    all healthy. Its Prometheus port is the next one."""
+def start_router(fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT,
+                 kind: str = "sglang-router") -> Router:
+    """Start the router of this kind on the controller's bridge address with these workers; wait until it lists
+    them all healthy. Its Prometheus port is the next one."""
+    python, launcher = ROUTERS[kind]
+    if not python.exists():
+        pytest.fail(f"{python} is missing: scripts/setup-venv.sh (make setup) builds the {kind} environment")
     url = f"http://{fleet.controller_address}:{port}"
     log = fleet.root / f"router-{port}.log"
-    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--host", fleet.controller_address,
+    cmd = [str(python), "-m", launcher, "--host", fleet.controller_address,
            "--port", str(port), "--policy", "round_robin", "--worker-urls", *worker_urls,
            "--health-check-interval-secs", str(HEALTH_INTERVAL_S), "--worker-startup-check-interval", "1",
            "--prometheus-host", fleet.controller_address,
@@ -110,7 +129,7 @@ def start_router(fleet: Fleet, worker_urls: list[str], retries: bool = False, po
     with log.open("ab") as out:
         proc = subprocess.Popen(fleet.netns_cmd(*cmd), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    router = Router(fleet=fleet, url=url, proc=proc, log=log)
+    router = Router(fleet=fleet, url=url, proc=proc, log=log, kind=kind)
     try:
         router.wait_for(set(worker_urls))
     except BaseException:

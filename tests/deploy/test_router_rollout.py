@@ -1,8 +1,9 @@
-"""The rollout behind SGLang's own router, for real: sglang-router 0.3.2 (tests/deploy/router.py) in the
-controller's namespace in front of the three test nodes, a bounded load (tests/deploy/loadgen.py) through it,
-and real ansible-playbook runs with `sglang_router_url` set.
+"""The rollout behind SGLang's routers, for real: sglang-router 0.3.2 and smg 1.13.0 (tests/deploy/router.py),
+each in turn in the controller's namespace in front of the three test nodes, a bounded load with streams
+(tests/deploy/loadgen.py) through it, and real ansible-playbook runs with `sglang_router_url` set.
 
-One fleet and one router for the module, in file order, each test leaving every node serving and the
+One fleet for the module and one router per kind (smg gets every test, sglang-router 0.3.2 the rollout and
+the bad inputs: KINDS), all of one kind first, in file order, each test leaving every node serving and the
 router listing exactly the fleet: a full rollout, a canary whose smoke gate fails, a run killed mid-drain
 and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback after it, the control
 (a plain swap, which must lose requests), the router's bad inputs, a drain that does not end, a router
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
-from tests.deploy.router import ROUTED_ENV, Router, start_router
+from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, ROUTERS, Router, start_router
 from tests.deploy.runner import RunningPlaybook, ansible_playbook, write_inventory
 
 pytestmark = pytest.mark.slow
@@ -55,13 +56,14 @@ class Routed:
     def inventory(self, name: str, image: str, host_overrides: dict | None = None, router: bool = True,
                   **overrides) -> Path:
         """An inventory of the fleet for `image` (v1 or v2), with the router unless `router` is false."""
-        extra = {"sglang_router_url": self.router.url, "sglang_router_timeout": 20,
-                 "sglang_router_poll_interval": 0.5} if router else {}
+        extra = {"sglang_router_url": self.router.url, "sglang_router_timeout": 20, "sglang_canary_bake": 0,
+                 "sglang_router_poll_interval": 0.5, "sglang_router_kind": self.router.kind} if router else {}
         return write_inventory(self.fleet, self.root / f"{name}.json", self.images[image],
                                host_overrides=host_overrides, sglang_env=ROUTED_ENV, **{**extra, **overrides})
 
-    def load(self, name: str) -> Background:
-        return Background(self.fleet, self.router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, self.root / f"{name}.load.json")
+    def load(self, name: str, prefix: str = "") -> Background:
+        return Background(self.fleet, self.router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, self.root / f"{name}.load.json",
+                          prefix=prefix)
 
     def under_load(self, name: str, playbook: str, inventory: Path, *args: str):
         """One playbook run with the load through the router from before it starts until it ends:
@@ -90,17 +92,28 @@ class Routed:
         return rows
 
 
-@pytest.fixture(scope="module")
-def routed(fleet, saved_images, tmp_path_factory):
-    """Every node serving (v1 where the earlier tests left none) and holding v1 and v2, and the router in
-    front of all three. The first test's rollout switches them to ROUTED_ENV."""
+# smg, the router's current line, gets every test; sglang-router 0.3.2 the tests of what the router answers and
+# does (a rollout under load through it, its bad inputs), the rest being the same playbooks: the module's time
+# stays within CI's budget. tests/deploy/test_router_kinds.py runs the router module's every path against both.
+KINDS = ("smg", "sglang-router")
+BOTH_KINDS = ("test_rollout_through_the_router_loses_no_request", "test_bad_router_settings_stop_the_run_before_")
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def routed(request, fleet, saved_images, tmp_path_factory):
+    """Every node serving (v1 where the earlier tests left none) and holding v1 and v2, node1 on v1 without
+    ROUTED_ENV, and the router of this kind in front of all three. The first test's rollout switches them to
+    ROUTED_ENV (node1 first, the canary)."""
     root = tmp_path_factory.mktemp("routed")
     for version in ("v1", "v2"):
         inventory = write_inventory(fleet, root / f"setup-{version}.json", saved_images[version])
         serving = all((c or {}).get("running") for c in _containers(fleet).values())
         result = ansible_playbook(fleet, "distribute.yml" if serving or version == "v2" else "deploy.yml", inventory)
         assert result.rc == 0, result.output[-4000:]
-    router = start_router(fleet, sorted(_urls(fleet)))
+    result = ansible_playbook(fleet, "rollout.yml", root / "setup-v1.json", "--limit", "node1")
+    assert result.rc == 0, result.output[-4000:]
+    kind = request.param
+    router = start_router(fleet, sorted(_urls(fleet)), kind=kind, port=ROUTER_PORT + 10 * KINDS.index(kind))
     try:
         yield Routed(fleet=fleet, router=router, root=root, images=saved_images)
     finally:
@@ -108,8 +121,10 @@ def routed(fleet, saved_images, tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def router_lists_the_fleet(routed):
+def router_lists_the_fleet(routed, request):
     """Each test starts (and must end) with the router listing exactly the fleet, all healthy."""
+    if routed.router.kind != KINDS[0] and not request.node.name.startswith(BOTH_KINDS):
+        pytest.skip(f"runs behind {KINDS[0]} only (module docstring)")
     routed.router.reset(_urls(routed.fleet))
     yield
     routed.router.wait_for(_urls(routed.fleet))
@@ -312,6 +327,10 @@ BAD_ROUTERS = {  # inventory overrides (ROUTER = the router's URL), setup, messa
     "floor": ({"sglang_router_min_healthy": 3}, None,
               "batch 1 (1 node(s): node1) would take 1 of the 3 healthy workers of the router at ROUTER out at once, "
               "leaving 2, below its floor sglang_router_min_healthy=3"),
+    "unknown router kind": ({"sglang_router_kind": "nginx"}, None,
+                            "sglang_router_kind auto, smg or sglang-router (got 'nginx')"),
+    "router of another kind": ({"sglang_router_kind": "OTHER"}, None,
+                               "the router at ROUTER answers as KIND, not as sglang_router_kind=OTHER"),
 }
 
 
@@ -322,7 +341,9 @@ def test_bad_router_settings_stop_the_run_before_anything_changes(routed, case):
     names = {"ctl": fleet.controller_address, **{n.name: n.address for n in fleet.nodes}}
 
     def fill(text):
-        return text.replace("ROUTER", routed.router.url).format(**names)
+        other = next(kind for kind in ROUTERS if kind != routed.router.kind)
+        return text.replace("ROUTER", routed.router.url).replace("KIND", routed.router.kind).replace(
+            "OTHER", other).format(**names)
 
     overrides = {k: fill(v) if isinstance(v, str) else v for k, v in overrides.items()}
     if setup == "drop node3":

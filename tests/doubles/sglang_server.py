@@ -41,7 +41,17 @@ purpose are listed in `--help` (also read from the environment variable SGLANG_D
     remembers the contexts where it did so, so re-scoring them (teacher forcing) shows the near-tie.
 Two make time pass: --request-seconds (every /generate takes at least that long, so a load always has
 requests in flight) and --step-ms (per forward pass). --accept-length-file makes the draft go bad at run
-time (outputs stay correct; only the accept length falls, as a draft that stopped matching its target).
+time (outputs stay correct; only the accept length falls, as a draft that stopped matching its target);
+--accept-length-for PREFIX=L gives prompts that start with PREFIX (a request class, a prompt family) their own
+mean accept length, so a draft can be fine on the smoke prompts and collapse on the live traffic's class.
+
+Streaming (`"stream": true`, what real clients send) answers like 0.5.19's /generate: `text/event-stream`, one
+`data: {json}` event per forward pass (the text and output_ids so far, meta_info with `finish_reason` null until
+the last event), then `data: [DONE]`. Request bodies may come with Content-Length or chunked (smg 1.x forwards
+chunked). With --enable-metrics it also exports the request counters and the latency histograms SGLang does
+(`sglang:num_requests_total`, `sglang:num_aborted_requests_total`, `sglang:time_to_first_token_seconds`,
+`sglang:inter_token_latency_seconds`, `sglang:e2e_request_latency_seconds`, SGLang's default buckets), which a
+canary bake reads.
 """
 
 from __future__ import annotations
@@ -73,9 +83,39 @@ SAMPLING_FIELDS = frozenset({"max_new_tokens", "temperature", "top_p", "top_k", 
                              "stop_token_ids"})
 # What sglang-router 0.3.2 writes into every /generate it forwards, with the values it writes (seen on the wire).
 # SGLang accepts them (all but `model` are GenerateReqInput fields; its endpoint ignores `model`); the double
-# accepts them at exactly these values, so a client that sets one still fails loudly.
+# accepts them at exactly these values, so a client that sets one still fails loudly. `model` may also name the
+# served model, as smg 1.x may write it.
 ROUTER_FIELDS = {"model": None, "log_metrics": True, "return_hidden_states": False, "background": False,
                  "no_logs": False, "return_bytes": False, "return_entropy": False}
+
+
+# SGLang 0.5.19's default buckets (observability/metrics_collector.py) for the latency histograms it exports.
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
+               0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400)
+
+
+class Histogram:
+    """A Prometheus histogram: cumulative bucket counts, sum and count (not thread-safe; the caller locks)."""
+
+    def __init__(self, buckets: tuple) -> None:
+        self.buckets = buckets
+        self.counts = [0] * len(buckets)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        out = [f'{name}_bucket{{{labels},le="{float(b)}"}} {float(c)}' for b, c in zip(self.buckets, self.counts)]
+        return out + [f'{name}_bucket{{{labels},le="+Inf"}} {float(self.count)}',
+                      f"{name}_sum{{{labels}}} {self.sum}", f"{name}_count{{{labels}}} {float(self.count)}"]
 
 
 # ----------------------------------------------------------------------------------------- the toy model
@@ -146,8 +186,10 @@ class ServerState:
         self.model = ToyModel()
         self.started = time.time()
         self.lock = threading.Lock()
-        self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0,
-                         "accept_tokens": 0}
+        self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0, "accept_tokens": 0,
+                         "requests": 0, "aborted": 0}
+        self.histograms = {"ttft": Histogram(TTFT_BUCKETS), "itl": Histogram(ITL_BUCKETS),
+                           "e2e": Histogram(E2E_BUCKETS)}
         self.last_window = {"accept_length": 0.0, "accept_rate": 0.0}
         self.in_flight = 0  # /generate requests being served (SGLang: len(rid_to_state))
         self.draining = False  # set by SIGTERM (SGLang: tokenizer_manager.gracefully_exit)
@@ -175,10 +217,17 @@ class ServerState:
                 pass
         return self.args.accept_length
 
+    def _class_accept_length(self, prompt_ids: list[int]) -> float:
+        """The mean of the first --accept-length-for PREFIX=L whose PREFIX starts the prompt, else the default."""
+        for prefix, value in self.args.accept_length_for:
+            if prompt_ids[:len(prefix)] == prefix:
+                return value
+        return self.accept_length()
+
     def _accept_length_for(self, prompt_ids: list[int]) -> float:
-        """The request's mean accept length: the configured mean, varied +-20% per prompt."""
+        """The request's mean accept length: its class's mean, varied +-20% per prompt."""
         spread = 0.8 + 0.4 * _unit(*prompt_ids[:32], len(prompt_ids))
-        return min(max(1.0, self.accept_length() * spread), float(self.args.draft_tokens))
+        return min(max(1.0, self._class_accept_length(prompt_ids) * spread), float(self.args.draft_tokens))
 
     def _decode(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
         context = list(prompt_ids)
@@ -253,7 +302,34 @@ class ServerState:
         tic = time.time()
         results = [self.generate_one(req, ids) for ids in batch]
         time.sleep(max(0.0, self.args.request_seconds - (time.time() - tic)))
+        for result in results:
+            self.observe(tic, result["meta_info"], first_token_at=tic + self.prefill_seconds(result))
         return results
+
+    def prefill_seconds(self, result: dict) -> float:
+        """When the first token is out, counted from the request's start: what --request-seconds leaves over the
+        forward passes, plus the first pass."""
+        steps = self.steps(result["meta_info"])
+        step = self.args.step_ms / 1000.0
+        return max(0.0, self.args.request_seconds - steps * step) + step
+
+    def steps(self, meta: dict) -> int:
+        """Forward passes of one generation: one per verify (plus the prefill), or one per token."""
+        return meta.get("spec_verify_ct", 0) + 1 if self.speculative else max(1, meta["completion_tokens"])
+
+    def observe(self, tic: float, meta: dict, first_token_at: float, aborted: bool = False) -> None:
+        """Count one finished (or aborted) request into the counters and latency histograms SGLang exports."""
+        now = time.time()
+        completion = meta["completion_tokens"]
+        with self.lock:
+            self.counters["requests"] += 1
+            if aborted:
+                self.counters["aborted"] += 1
+                return
+            self.histograms["ttft"].observe(first_token_at - tic)
+            self.histograms["e2e"].observe(now - tic)
+            if completion > 1:
+                self.histograms["itl"].observe((now - first_token_at) / (completion - 1))
 
     def count_in_flight(self, delta: int) -> None:
         with self.lock:
@@ -279,8 +355,8 @@ class ServerState:
             meta.update(self._logprob_fields(ids, out, -1 if start is None else int(start),
                                              int(req.get("top_logprobs_num") or 0)))
         spec = self._spec_fields(ids, len(out)) if self.speculative else {}
-        steps = spec.get("spec_verify_ct", 0) + 1 if self.speculative else len(out)
-        time.sleep(self.args.step_ms / 1000.0 * steps)
+        if not req.get("stream"):
+            time.sleep(self.args.step_ms / 1000.0 * self.steps({**spec, "completion_tokens": len(out)}))
         meta["e2e_latency"] = time.time() - tic
         meta.update(spec)
         with self.lock:
@@ -372,8 +448,9 @@ class ServerState:
         with self.lock:
             c = dict(self.counters)
             w = dict(self.last_window)
-        # labelled counters have no sample until the first finished request (SGLang 0.5.19 creates the
-        # label set then); the gauges are there from the start
+            h = {key: _copy_histogram(hist) for key, hist in self.histograms.items()}
+        # labelled counters and histograms have no sample until the first finished request (SGLang 0.5.19
+        # creates the label set then); the gauges are there from the start
         lines = [] if not c["requests"] else [
             "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
             "# TYPE sglang:prompt_tokens_total counter",
@@ -381,7 +458,21 @@ class ServerState:
             "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
             "# TYPE sglang:generation_tokens_total counter",
             f'sglang:generation_tokens_total{{{base},is_streaming="false"}} {float(c["generation_tokens"])}',
+            "# HELP sglang:num_requests_total Number of requests processed.",
+            "# TYPE sglang:num_requests_total counter",
+            f'sglang:num_requests_total{{{base},is_streaming="false"}} {float(c["requests"])}',
+            "# HELP sglang:num_aborted_requests_total Number of requests aborted.",
+            "# TYPE sglang:num_aborted_requests_total counter",
+            f"sglang:num_aborted_requests_total{{{base}}} {float(c['aborted'])}",
         ]
+        histograms = (
+            ("sglang:time_to_first_token_seconds", "ttft", f'{base},is_streaming="false"',
+             "Histogram of time to first token in seconds."),
+            ("sglang:inter_token_latency_seconds", "itl", base, "Histogram of inter-token latency in seconds."),
+            ("sglang:e2e_request_latency_seconds", "e2e", f'{base},is_streaming="false"',
+             "Histogram of End-to-end request latency in seconds"))
+        for name, key, labels, doc in histograms if c["requests"] else ():
+            lines += [f"# HELP {name} {doc}", f"# TYPE {name} histogram", *h[key].lines(name, labels)]
         if self.speculative and c["verify_calls"]:
             lines += [
                 "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.",
@@ -402,6 +493,12 @@ class ServerState:
         return "\n".join(lines) + "\n"
 
 
+def _copy_histogram(hist: Histogram) -> Histogram:
+    copy = Histogram(hist.buckets)
+    copy.counts, copy.sum, copy.count = list(hist.counts), hist.sum, hist.count
+    return copy
+
+
 def _top(logprobs: list[float], n: int) -> list[list] | None:
     if n <= 0:
         return None
@@ -413,16 +510,24 @@ class BadRequest(Exception):
     pass
 
 
+def _router_value(key: str, value) -> bool:
+    """Whether a field a router adds has a value it writes: `model` may name the served model (smg 1.x)."""
+    if key == "model":
+        return value is None or isinstance(value, str)
+    return key in ROUTER_FIELDS and value == ROUTER_FIELDS[key]
+
+
 def _check_fields(req: dict) -> None:
-    unknown = sorted(k for k in set(req) - REQUEST_FIELDS if k not in ROUTER_FIELDS or req[k] != ROUTER_FIELDS[k])
+    unknown = sorted(k for k in set(req) - REQUEST_FIELDS if not _router_value(k, req[k]))
     params = req.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise BadRequest("sampling_params must be an object")
     unknown += [f"sampling_params.{k}" for k in sorted(set(params) - SAMPLING_FIELDS)]
     if unknown:
         raise BadRequest(f"the test double does not model field(s) {unknown}")
-    if req.get("stream"):
-        raise BadRequest("the test double does not stream")
+    if req.get("stream") and (isinstance(req.get("text"), list) or
+                              (req.get("input_ids") and isinstance(req["input_ids"][0], list))):
+        raise BadRequest("the test double streams single prompts only, not batches")
 
 
 def _inputs(req: dict) -> tuple[list[list[int]], bool]:
@@ -488,8 +593,7 @@ def make_handler(state: ServerState):
 
         def do_POST(self):  # noqa: N802
             path = self.path.split("?", 1)[0]
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
+            raw = self._body()
             if path != "/generate":
                 self._json(404, {"detail": "Not Found"})
                 return
@@ -498,6 +602,54 @@ def make_handler(state: ServerState):
                 self._generate(raw)
             finally:
                 state.count_in_flight(-1)
+
+        def _body(self) -> bytes:
+            """The request body, sent with Content-Length or chunked (Transfer-Encoding: chunked)."""
+            if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            raw = b""
+            while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
+                raw += self.rfile.read(size)
+                self.rfile.readline()
+            while self.rfile.readline().strip():  # trailers, up to the blank line
+                pass
+            return raw
+
+        def _stream(self, req: dict, ids: list[int]) -> None:
+            """SGLang's streaming /generate: one event per forward pass, then [DONE]; a client that goes away
+            mid-stream counts as an aborted request."""
+            tic = time.time()
+            result = state.generate_one(req, ids)
+            meta, out = result["meta_info"], result["output_ids"]
+            steps = state.steps(meta)
+            per_step = max(1, math.ceil(len(out) / steps))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            time.sleep(max(0.0, state.prefill_seconds(result)))
+            first_token_at = time.time()
+            try:
+                for sent in range(per_step, len(out) + per_step, per_step):
+                    if sent > per_step:
+                        time.sleep(state.args.step_ms / 1000.0)
+                    done = sent >= len(out)
+                    chunk = {"text": detokenize(out[:sent]), "output_ids": out[:sent],
+                             "meta_info": {**meta, "completion_tokens": min(sent, len(out)),
+                                           "finish_reason": meta["finish_reason"] if done else None}}
+                    self._event(json.dumps(chunk).encode())
+                self._event(b"[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                state.observe(tic, meta, first_token_at, aborted=True)
+                self.close_connection = True
+                return
+            state.observe(tic, meta, first_token_at)
+
+        def _event(self, data: bytes) -> None:
+            event = b"data: " + data + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
 
         def _generate(self, raw: bytes) -> None:
             try:
@@ -511,6 +663,9 @@ def make_handler(state: ServerState):
                 return
             if state.args.malformed:
                 self._json(200, {"text": "ok"})
+                return
+            if req.get("stream"):
+                self._stream(req, batch[0])
                 return
             results = state.generate(req, batch)
             self._json(200, results if is_batch else results[0])
@@ -528,6 +683,16 @@ Any other SGLang flag (--tp-size, --mem-fraction-static, ...) is accepted and ig
 Extra arguments can also come from the environment variable SGLANG_DOUBLE_ARGS (appended to the command line),
 so a container started with SGLang's own command line can still be told to misbehave.
 """
+
+
+def _class_knob(value: str) -> tuple[list[int], float]:
+    prefix, sep, length = value.rpartition("=")
+    try:
+        if not (sep and prefix) or float(length) < 1.0:
+            raise ValueError
+        return tokenize(prefix), float(length)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not PREFIX=L with an accept length L >= 1") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -577,6 +742,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     kn.add_argument("--accept-length-file", default=None, metavar="PATH",
                     help="while PATH exists, the number in it replaces --accept-length (a draft gone bad at "
                          "run time: outputs stay correct, only acceptance falls)")
+    kn.add_argument("--accept-length-for", action="append", default=[], metavar="PREFIX=L", type=_class_knob,
+                    help="prompts that start with PREFIX get mean accept length L (repeat; the first match wins): "
+                         "a draft that collapses on one request class only")
     kn.add_argument("--drain-poll-seconds", type=float, default=5.0, metavar="S",
                     help="after SIGTERM, how often the drain checks for requests in flight (SGLang: 5)")
     kn.add_argument("--quiet", action="store_true", help="no per-request log lines")

@@ -88,7 +88,14 @@ def test_info_endpoints_and_metrics_use_the_release_names(double):
     assert extra <= _strings("srt/entrypoints/http_server.py")
     assert set(info["internal_states"][0]) <= _strings("srt/managers/scheduler.py")
     assert set(_get(url + "/model_info")) <= _strings("srt/entrypoints/http_server.py")
-    served = {line.split("{")[0].split(" ")[0] for line in _get(url + "/metrics").splitlines() if not line.startswith("#")}
+    text = _get(url + "/metrics")
+    histograms = {line.split()[2] for line in text.splitlines()
+                  if line.startswith("# TYPE") and line.endswith(" histogram")}
+    served = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#")}
+    # a histogram's series are its name with _bucket, _sum and _count (Prometheus' exposition format)
+    served = {next((h for h in histograms if name in (h + "_bucket", h + "_sum", h + "_count")), name)
+              for name in served}
+    assert {"sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds"} <= histograms
     assert served <= _strings("srt/observability/metrics_collector.py")
     routes = _strings("srt/entrypoints/http_server.py")
     assert {"/health", "/health_generate", "/generate", "/server_info", "/get_server_info", "/model_info",

@@ -8,6 +8,8 @@ this callback (enabled in deploy/ansible.cfg next to the default stdout callback
     == "Roll out" took 41.2 s (3 batches)
     == summary of "Roll back": node1 rso:v2 -> rso:v1 (ok); node3 NOT DONE (not reached: an earlier batch failed)
 
+A canary that was baked on live traffic (roles/sglang_bake) gets its bake's verdict and table under its line.
+
 A play's summary names every node of the play that did not end its action well, so a stopped rollback
 says which nodes are not on their previous image. A node lost in the middle of its action (SSH or the
 node gone) says so, with Ansible's reason, instead of a bare FAILED.
@@ -91,6 +93,13 @@ class CallbackModule(CallbackBase):
             outcome = "FAILED"
         return f"{host} {report.get('from', '?')} -> {report.get('to', '?')} ({outcome})"
 
+    @staticmethod
+    def _bake_lines(report):
+        """A baked canary's verdict and side-by-side table (roles/sglang_bake), under its node's line."""
+        if not report.get("bake"):
+            return []
+        return ["  " + report["bake"]] + ["    " + line for line in str(report.get("bake_table", "")).splitlines()]
+
     def _done(self, host, report):
         """True when the node ended its action well: switched, up to date, rolled back, left alone."""
         outcome = str(report.get("outcome", ""))
@@ -148,6 +157,7 @@ class CallbackModule(CallbackBase):
                     not_done.append(host)
                     continue
                 lines.append(self._line(report, host, play["lost"]))
+                lines += self._bake_lines(report)
                 if not self._done(host, report):
                     not_done.append(host)
             self._display.display(f'== summary of "{play["name"]}":')
