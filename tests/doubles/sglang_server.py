@@ -360,7 +360,6 @@ class ServerState:
         meta["e2e_latency"] = time.time() - tic
         meta.update(spec)
         with self.lock:
-            self.counters["requests"] += 1
             self.counters["prompt_tokens"] += len(ids)
             self.counters["generation_tokens"] += len(out)
             if spec:
