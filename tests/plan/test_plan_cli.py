@@ -138,3 +138,24 @@ def test_help_has_an_example_for_each_family_and_each_runs(capsys, tmp_path):
             argv[at:at + 2] = ["--weights-gib", "150"]
         rc, _, err = plan(*argv)
         assert rc in (0, 1), (example, err)
+
+
+def test_readme_table_is_the_plans():
+    """Every row of README's "Why ReplaySSM" table, recomputed by the plan (0.5.19, and 0.5.23 for the rings)."""
+    text = (ROOT / "README.md").read_text().split("## Why ReplaySSM", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| Qwen")]
+    assert len(rows) >= 9
+    names = {path.name.split("-Instruct")[0]: path for path in MODELS.iterdir() if path.is_dir()}
+
+    def shown(size: int) -> str:
+        return f"{size / 1e6:,.1f} MB" if size < 1e9 else f"{size / 1e9:.2f} GB"
+
+    for name, tp, window, off, on, ratio, ring, ring_on, ring_ratio in rows:
+        common = ("--model", str(names[name]), "--tp", tp, "--algorithm", "DFLASH", "--window", window)
+        _, fold, _ = plan_json(*common, "--release", "0.5.19")
+        _, ringed, _ = plan_json(*common, "--release", RING_RELEASE, "--ring-len", ring)
+        assert int(ring) == ringed["smallest_ring"]
+        assert [off, on, ratio, ring_on, ring_ratio] == [
+            shown(fold["per_request_bytes"]["off"]), shown(fold["per_request_bytes"]["on"]), f"{fold['ratio']:.1f}x",
+            shown(ringed["per_request_bytes"]["on"]), f"{ringed['ratio']:.1f}x"], name

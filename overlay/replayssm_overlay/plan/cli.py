@@ -22,17 +22,19 @@ MIN_WINDOW = 2  # DFLASH: a block of one drafts nothing; DSPARK: N = gamma + 1 w
 MB, GB = 10**6, 10**9
 
 EXAMPLES = """examples:
-  # Qwen3-Next-80B-A3B, TP 4, DFLASH block 16 on 0.5.23 (ring of 32), 80 GiB H100s:
-  replayssm-overlay plan --model /models/Qwen3-Next-80B-A3B-Instruct --release 0.5.23 --tp 4 \\
-      --algorithm DFLASH --window 16 --ring-len 32 --gpu-memory-gib 80 \\
-      --weights /models/Qwen3-Next-80B-A3B-Instruct --mem-fraction-static 0.85
-  # Qwen3.5-35B-A3B, TP 1, DSPARK gamma 7 (window 8) on 0.5.19, only the per-request bytes:
-  replayssm-overlay plan --model /models/Qwen3.5-35B-A3B/config.json --release 0.5.19 --tp 1 \\
-      --algorithm DSPARK --window 8
-  # Qwen3.5-397B-A17B, TP 8, DFLASH block 16 on 0.5.21, as JSON, refusing fewer than 64 requests:
-  replayssm-overlay plan --model /models/Qwen3.5-397B-A17B --release 0.5.21 --tp 8 --algorithm DFLASH \\
-      --window 16 --ring-len 32 --gpu-memory-gib 141 --weights-gib 750 --mem-fraction-static 0.88 \\
-      --max-running-requests 64 --json"""
+  # Qwen3-Next-80B-A3B, TP 4, DFLASH block 16 on 0.5.23 (ring of 32), H100s:
+  replayssm-overlay plan --model /models/Qwen3-Next-80B-A3B-Instruct \\
+      --release 0.5.23 --tp 4 --algorithm DFLASH --window 16 --ring-len 32 \\
+      --gpu-memory-gib 80 --mem-fraction-static 0.85 \\
+      --weights /models/Qwen3-Next-80B-A3B-Instruct
+  # Qwen3.5-35B-A3B, TP 1, DSPARK gamma 7 (window 8) on 0.5.19, bytes only:
+  replayssm-overlay plan --model /models/Qwen3.5-35B-A3B/config.json \\
+      --release 0.5.19 --algorithm DSPARK --window 8
+  # Qwen3.5-397B-A17B, TP 8, on 0.5.21, JSON, refusing fewer than 64 requests:
+  replayssm-overlay plan --model /models/Qwen3.5-397B-A17B --release 0.5.21 \\
+      --tp 8 --algorithm DFLASH --window 16 --ring-len 32 --json \\
+      --gpu-memory-gib 141 --weights-gib 750 --mem-fraction-static 0.88 \\
+      --max-running-requests 64"""
 
 SCHEMA = """--json prints one object: ok (false when refused), refusals[], model{name, path, model_type,
 gdn_layers}, release, protocol (fold: 0.5.19's window per slot | ring), tp, dp, attn_tp, algorithm, window,
@@ -75,21 +77,22 @@ def register(sub) -> None:
                      help="--linear-replayssm-cache-len (SGLang's default 16)")
     cmd.add_argument("--mamba-ssm-dtype", choices=tuple(model.SSM_DTYPE_BYTES), default=None,
                      help="--mamba-ssm-dtype (default: the config.json's mamba_ssm_dtype, else float32)")
-    cmd.add_argument("--gpu-memory-gib", type=float, metavar="GIB", help="memory of one GPU, in GiB")
+    cmd.add_argument("--gpu-memory-gib", type=float, metavar="GIB", help="memory of one GPU, in GiB (default: none: no fit)")
     weights = cmd.add_mutually_exclusive_group()
     weights.add_argument("--weights", action="append", metavar="PATH",
                          help="the weights (a model folder or its *.safetensors.index.json; repeat for the "
-                         "draft model); split evenly over the TP ranks")
-    weights.add_argument("--weights-gib", type=float, metavar="GIB", help="the weights' total size, in GiB")
+                         "draft model); split evenly over the TP ranks (default: none)")
+    weights.add_argument("--weights-gib", type=float, metavar="GIB", help="the weights' total size, in GiB (default: none)")
     cmd.add_argument("--mem-fraction-static", type=float, default=0.85, metavar="F", help="--mem-fraction-static")
     cmd.add_argument("--mamba-full-memory-ratio", type=float, default=fit.MAMBA_FULL_MEMORY_RATIO, metavar="R",
                      help="--mamba-full-memory-ratio")
     cmd.add_argument("--mamba-radix-cache-strategy", choices=tuple(fit.EXTRA_SLOTS), default="no_buffer",
-                     help="--mamba-radix-cache-strategy (state slots per request: 3, +2 extra_buffer, "
-                     "+1 extra_buffer_lazy)")
+                     metavar="NAME", help="--mamba-radix-cache-strategy: " + ", ".join(fit.EXTRA_SLOTS)
+                     + " (state slots per request: 3, +2 extra_buffer, +1 extra_buffer_lazy)")
     cmd.add_argument("--disable-radix-cache", action="store_true", help="--disable-radix-cache (1 slot a request)")
     cmd.add_argument("--max-running-requests", type=int, metavar="N",
-                     help="refuse (exit 1) when fewer requests fit with ReplaySSM on (needs --gpu-memory-gib)")
+                     help="refuse (exit 1) when fewer requests fit with ReplaySSM on (needs --gpu-memory-gib; "
+                     "default: none, no refusal)")
     cmd.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the table")
     cmd.set_defaults(handler=run)
 
@@ -159,7 +162,8 @@ def make_plan(args) -> dict:
         refusals.append(f"{ring_fit.RING_FLAG} {args.ring_len} does not fit a verify window of {args.window} on "
                         f"SGLang {args.release}: set {ring_fit.RING_FLAG} {ring_fit.smallest_ring(args.window)}")
     plan = {
-        "model": {"name": args.model_name or gdn.name, "path": gdn.path, "model_type": gdn.model_type, "gdn_layers": gdn.gdn_layers},
+        "model": {"name": args.model_name or gdn.name, "path": gdn.path, "model_type": gdn.model_type,
+                  "gdn_layers": gdn.gdn_layers},
         "release": args.release, "protocol": protocol, "tp": args.tp, "dp": args.dp, "attn_tp": attn_tp,
         "algorithm": args.algorithm, "window": args.window, "ring_len": args.ring_len,
         "smallest_ring": ring_fit.smallest_ring(args.window), "ring_fits": ring_fits, "mamba_ssm_dtype": ssm_dtype,
@@ -199,7 +203,7 @@ def table(plan: dict) -> str:
     ring = (f"ring {plan['ring_len']} (smallest valid {plan['smallest_ring']})" if plan["protocol"] == "ring"
             else f"window of {plan['window']} rows per slot (0.5.19 sizes it to the verify window)")
     lines = [f"{plan['model']['name']} ({plan['model']['gdn_layers']} GDN layers) on SGLang {plan['release']}, "
-             f"TP {plan['tp']} (attention TP {plan['attn_tp']}), {plan['algorithm']} window {plan['window']}, "
+             f"TP {plan['tp']} (attention TP {plan['attn_tp']}), {plan['algorithm']} window {plan['window']},",
              f"{ring}, SSM state {plan['mamba_ssm_dtype']}; per GPU:"]
     rows = [("", "ReplaySSM off", "ReplaySSM on")]
     per = plan["per_request_bytes"]
@@ -217,10 +221,10 @@ def table(plan: dict) -> str:
     lines.append(f"  ratio off/on: {plan['ratio']:.2f}x")
     if plan["fit"]:
         f = plan["fit"]
-        lines.append(f"  mamba pool: {f['mamba_pool_bytes'] / GB:.2f} GB of {f['gpu_memory_gib']} GiB x "
-                     f"{f['mem_fraction_static']} - {f['weights_gib_per_gpu']} GiB weights, split "
-                     f"{f['mamba_full_memory_ratio']}:1 with the KV cache (an upper bound: no CUDA context, "
-                     "activations or graphs)")
+        ratio = f["mamba_full_memory_ratio"]
+        lines.append(f"  mamba pool: {f['mamba_pool_bytes'] / GB:.2f} GB = ({f['gpu_memory_gib']} GiB x "
+                     f"{f['mem_fraction_static']} - {f['weights_gib_per_gpu']} GiB weights) x {ratio}/{1 + ratio:g}")
+        lines.append("  (an upper bound: the CUDA context, activations and graphs are not counted)")
     lines += [f"REFUSED: {reason}" for reason in plan["refusals"]]
     return "\n".join(lines)
 
