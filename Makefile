@@ -41,7 +41,7 @@ test: setup ## run all tests: root, ~41 min on 2 cores (+16 first setup), Docker
 
 # the units of the package, the patcher, the hooks and the smoke client, the release table and the repository's
 # structure: no root, no Docker, no network namespaces, no copies of SGLang probed in subprocesses (`probe`)
-FAST_TESTS = tests/structure tests/patcher tests/hooks tests/smoke tests/kernels tests/aot tests/releases \
+FAST_TESTS = tests/structure tests/patcher tests/hooks tests/smoke tests/kernels tests/aot tests/releases tests/plan \
   tests/monitoring/test_overlay_metrics.py tests/test_layout_imports.py tests/test_make_entry_points.py \
   tests/test_benchmark_run.py
 test-fast: ## the unit tier, one pytest run: no root, Docker or test hosts; ~2.5 min on 2 cores (README)

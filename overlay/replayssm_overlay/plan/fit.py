@@ -60,6 +60,8 @@ def weights_bytes(path) -> int:
 
 @dataclass(frozen=True)
 class Budget:
+    """One GPU's bytes for the caches, and the mamba pool's share of them."""
+
     gpu_memory_bytes: int
     weights_bytes_per_gpu: int
     mem_fraction_static: float
