@@ -1,6 +1,7 @@
 # Rollout targets (included from the top Makefile; standalone: make -f deploy/deploy.mk TARGET INVENTORY=...).
 #   make deploy        INVENTORY=path   preflight every node, distribute the image, roll out canary-first
 #   make preflight     INVENTORY=path   only the checks (nothing changes)
+#   make plan          INVENTORY=path   capacity plan per service group: state per request, ReplaySSM off/on
 #   make rollback      INVENTORY=path   bring back the container each node ran before the last switch
 #   make fleet-status  INVENTORY=path   table of what runs where; STATUS_JSON=file also writes JSON
 #                                       (`make patch-status` is the overlay's patch of .venv's SGLang)
@@ -25,7 +26,7 @@ rso_playbook = ANSIBLE_CONFIG=$(RSO_DEPLOY_DIR)/ansible.cfg $(ANSIBLE_PLAYBOOK) 
 	$(if $(LIMIT),--limit '$(LIMIT)') $(if $(SERIAL),-e '{"sglang_rollout_serial": $(SERIAL)}') \
 	$(ANSIBLE_ARGS) $(RSO_DEPLOY_DIR)/playbooks/$(1)
 
-.PHONY: deploy preflight rollback fleet-status deploy-smoke deploy-monitor deploy-alerts deploy-lint
+.PHONY: deploy preflight plan rollback fleet-status deploy-smoke deploy-monitor deploy-alerts deploy-lint
 deploy: ## roll the overlay image out: preflight, distribute, canary then batches (INVENTORY=...)
 	$(rso_need_inventory)
 	$(call rso_playbook,deploy.yml)
@@ -33,6 +34,10 @@ deploy: ## roll the overlay image out: preflight, distribute, canary then batche
 preflight: ## check inventory and nodes without changing anything (INVENTORY=...)
 	$(rso_need_inventory)
 	$(call rso_playbook,preflight.yml)
+
+plan: ## capacity plan per service group: speculative state per request with ReplaySSM off/on (INVENTORY=...)
+	$(rso_need_inventory)
+	$(call rso_playbook,plan.yml)
 
 rollback: ## start each node's previous container again, in batches (INVENTORY=...)
 	$(rso_need_inventory)

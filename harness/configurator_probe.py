@@ -67,8 +67,9 @@ def hf_config(model_name: str, model: TinyGDN = TinyGDN()):
     raise ValueError(f"unknown probe model {model_name!r}")
 
 
-def build_configurator(config):
-    """The real `KVCacheConfigurator` for `config`, with only the fields the request-pool build reads."""
+def build_configurator(config, *, layers: int | None = None):
+    """The real `KVCacheConfigurator` for `config`, with only the fields the request-pool build reads; its
+    rank holds layers 0..`layers` - 1 (default: the tiny model's)."""
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
 
     model_config = SimpleNamespace(
@@ -84,7 +85,7 @@ def build_configurator(config):
         model_config=model_config,
         layer_info=SimpleNamespace(
             start_layer=0,
-            end_layer=TinyGDN().layers,
+            end_layer=TinyGDN().layers if layers is None else layers,
             is_hybrid_swa_mtp_draft=False,  # read by 0.5.21+'s __post_init__
             swa_attention_layer_ids=[],
         ),

@@ -3,7 +3,7 @@
 SGLang 0.5.19 reads its flags from process-wide config bags (`get_spec()`, `get_exec()`, ...), which a
 server publishes at start-up. `published(...)` installs them through SGLang's own test-scoped
 `RuntimeContext.override_server_args` for the length of a block, with the fields these paths read, and
-a single-GPU attention-TP width (no process groups are built here).
+an attention-TP width (1 unless given; no process groups are built here).
 """
 
 import contextlib
@@ -19,10 +19,12 @@ def published(
     replayssm_spec: bool = True,
     ragged_verify_mode: str | None = None,
     track_interval: int = TRACK_INTERVAL,
+    attn_tp_size: int = 1,
     **fields,
 ):
     """Publish a config with `--speculative-algorithm algorithm` and the ReplaySSM spec flag; optionally
-    set `SGLANG_RAGGED_VERIFY_MODE` for the block."""
+    set `SGLANG_RAGGED_VERIFY_MODE` for the block. `attn_tp_size` is the attention-TP width the pool's
+    head shards are cut for (rank 0 of it)."""
     from sglang.srt.runtime_context import get_context, get_parallel
 
     override = get_context().override_server_args(
@@ -37,7 +39,9 @@ def published(
         os.environ["SGLANG_RAGGED_VERIFY_MODE"] = ragged_verify_mode
     override.install()
     try:
-        with get_parallel().override(attn_tp_size=1, attn_tp_rank=0):
+        with get_parallel().override(
+            tp_size=attn_tp_size, attn_tp_size=attn_tp_size, moe_tp_size=attn_tp_size, attn_tp_rank=0
+        ):
             yield
     finally:
         override.restore()

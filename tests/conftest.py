@@ -30,7 +30,7 @@ import pytest  # noqa: E402
 
 TESTS = pathlib.Path(__file__).resolve().parent
 #: the unit tier, relative to tests/: folders, and single files of folders that are otherwise heavy
-UNIT_TIER = ("structure", "patcher", "hooks", "smoke", "kernels", "aot", "releases", "ci",
+UNIT_TIER = ("structure", "patcher", "hooks", "smoke", "kernels", "aot", "releases", "plan", "ci",
              "monitoring/test_overlay_metrics.py", "test_layout_imports.py", "test_make_entry_points.py",
              "test_benchmark_run.py")
 

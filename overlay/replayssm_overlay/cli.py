@@ -29,6 +29,7 @@ from replayssm_overlay.metrics_cli import register as register_metrics
 from replayssm_overlay.patcher.lock import DEFAULT_TIMEOUT_S
 from replayssm_overlay.patcher.releases import RELEASES, RING_RELEASES, TARGET_FILES
 from replayssm_overlay.patcher.target import find_sglang_dir
+from replayssm_overlay.plan.cli import register as register_plan
 
 TOP_EPILOG = """\
 examples:
@@ -240,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(handler=_status)
     register_metrics(sub, common, lambda args: status_report(_target(args)))
     register_kernels(sub, add_build)
+    register_plan(sub)
     return parser
 
 

@@ -232,8 +232,8 @@ def test_unknown_variables_are_named_with_a_suggestion():
         f.sglang_unknown_variables(names, REPO / "docker")
 
 
-@pytest.mark.parametrize("target", ["deploy", "preflight", "rollback", "fleet-status", "deploy-smoke", "deploy-monitor",
-                                    "deploy-alerts"])
+@pytest.mark.parametrize("target", ["deploy", "preflight", "plan", "rollback", "fleet-status", "deploy-smoke",
+                                    "deploy-monitor", "deploy-alerts"])
 def test_make_targets_need_an_inventory(target):
     proc = subprocess.run(["make", "-f", "deploy/deploy.mk", target], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2
@@ -315,3 +315,52 @@ def test_ansible_doc_renders_every_role_spec():
                           capture_output=True, text=True, env=_env(), cwd=DEPLOY, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "sglang_router_drain_timeout_action" in proc.stdout and "choices: [stop, continue]" in proc.stdout
+
+
+def _plan_inventory(tmp_path: Path, max_running: dict) -> Path:
+    """Three service groups on this machine (connection local): each node's model folder holds a model family's
+    config.json and 60 GiB of (sparse) weights, its fake nvidia-smi lists two 80 GiB GPUs; the third group's
+    SGLang release is unknown (no variable, no image on the node)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n# fake nvidia-smi (tests/deploy): memory.total in MiB\necho 81559\necho 81559\n")
+    smi.chmod(0o755)
+    groups = {}
+    for group, family, algorithm in (("dflash_35b", "Qwen3.5-35B-A3B", "DFLASH"),
+                                     ("dspark_next", "Qwen3-Next-80B-A3B-Instruct", "DSPARK"),
+                                     ("dflash_unknown", "Qwen3.5-397B-A17B", "DFLASH")):
+        model = tmp_path / group / family
+        model.mkdir(parents=True)
+        (model / "config.json").write_text((REPO / "tests" / "plan" / "models" / family / "config.json").read_text())
+        with open(model / "model.safetensors", "wb") as weights:
+            weights.truncate(60 * 2**30)
+        groups[group] = {"hosts": {f"{group}-node": {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            "sglang_model_path": str(model), "sglang_draft_model_path": "", "sglang_nvidia_smi": str(smi),
+            "sglang_speculative_algorithm": algorithm, "sglang_tp_size": 2,
+            "sglang_preflight_plan_release": "" if group == "dflash_unknown" else "0.5.19",
+            "sglang_preflight_plan_path": str(REPO / "overlay"),
+            "sglang_flags": {"enable-linear-replayssm-spec": True, "speculative-num-draft-tokens": 8,
+                             "mem-fraction-static": 0.85, "max-running-requests": max_running[group]}}}}
+    inventory = tmp_path / "inv.json"
+    inventory.write_text(json.dumps({"sglang_nodes": {"children": groups}}))
+    (tmp_path / "plan.yml").write_text(
+        "- hosts: sglang_nodes\n  gather_facts: false\n  tasks:\n"
+        "    - {ansible.builtin.import_role: {name: sglang_preflight, tasks_from: plan}}\n")
+    return inventory
+
+
+def test_preflight_prints_one_plan_per_group_and_refuses_a_pool_too_small(tmp_path):
+    inventory = _plan_inventory(tmp_path, {"dflash_35b": 48, "dspark_next": 100000, "dflash_unknown": 48})
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(tmp_path / "plan.yml")],
+                          capture_output=True, text=True, env=_env(), cwd=DEPLOY, timeout=300)
+    out = proc.stdout
+    assert proc.returncode != 0, out[-4000:]
+    table = [line for line in out.splitlines() if "    - " in line and ("_" in line or "GROUP" in line)]
+    assert len(table) == 4, out[-4000:]
+    assert "Qwen3.5-35B-A3B" in table[1] and "Qwen3-Next-80B-A3B-Instruct" in table[2]
+    assert table[1].split()[3:] == ["2", "8", "16", "286.3/36.2", "3.49/27.66", "185/48"]
+    flat = " ".join(out.split())
+    assert "dflash_unknown Qwen3.5-397B-A17B - - - - - no plan: SGLang release unknown" in flat
+    assert "dspark_next-node: replayssm-overlay plan refused this service:" in flat
+    assert "fewer than --max-running-requests 100000" in flat
+    assert "dflash_35b-node: replayssm-overlay plan refused" not in flat
