@@ -34,7 +34,8 @@ JSON (--json):
   unreadable_records       self-check records that could not be read
   fallback_shapes[]        commit shapes live processes ran with SGLang's fold
   warmup_outcomes          {outcome: live processes} of the warm-up of SGLang's
-                           commit on their pool (status --json: selfcheck[].warmup)
+                           commit on their pool (status --json:
+                           selfcheck[].warmup)
   warmup_compiles          Triton compiles those warm-ups ran
   warmup_seconds_max       the longest of those warm-ups
 
