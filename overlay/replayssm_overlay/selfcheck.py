@@ -254,17 +254,22 @@ class _Window:
 
     def replayed(self):
         """(state after SGLang's recurrence ran token by token over each accepted prefix, the track slot's
-        state: row 0's after its track step)."""
+        state: row 0's after its track step). Every step runs every row that has a slot (the recurrence
+        compiles once per batch size, a constexpr): a row past its accepted prefix writes a scratch slot that
+        only this replay has, one past the pool's."""
         import torch
 
         fsg = _recurrence_module()
-        state = self.initial.clone()
+        scratch = self.initial.shape[1]
+        state = torch.cat([self.initial, self.initial[:, :1]], dim=1)
         lens = self.accept_lens.tolist()
+        rows = [i for i, n in enumerate(lens) if n > 0]
+        idx = torch.tensor(rows, device=state.device)
         track_step = lens[0] // 2
         tracked = None
         for t in range(max(lens)):
-            rows = [i for i, n in enumerate(lens) if t < n]
-            idx = torch.tensor(rows, device=state.device)
+            slots = torch.tensor([int(self.slots[i]) if t < lens[i] else scratch for i in rows], dtype=torch.int32,
+                                 device=state.device)
             for layer in range(LAYERS):
                 inputs = {name: tensor[layer] for name, tensor in self.inputs.items()}
                 q, k, v = _packed_qkv(*(inputs[name][idx, t] for name in ("q", "k", "v")))
@@ -272,13 +277,13 @@ class _Window:
                     A_log=self.A_log[layer], a=inputs["a"][idx, t].contiguous(), dt_bias=self.dt_bias[layer],
                     softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v,
                     b=inputs["b"][idx, t].contiguous(), initial_state_source=state[layer],
-                    initial_state_indices=self.slots[idx].contiguous(),
+                    initial_state_indices=slots,
                     cu_seqlens=torch.arange(len(rows) + 1, dtype=torch.int32, device=state.device),
                     use_qk_l2norm_in_kernel=True,
                 )
             if t == track_step:
                 tracked = state[:, int(self.slots[0])].clone()
-        return state, tracked
+        return state[:, :scratch], tracked
 
 
 #: SGLang's recurrence module, wherever the release keeps it (`protocol.KERNEL_PACKAGES`), oldest package
