@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import timing  # noqa: E402
 
 TARGET = dict(L=30, HV=32, H=16, K=128, V=128)
-RESULTS: dict = {"cycle": [], "timing": []}
+RESULTS: dict = {"cycle": [], "timing": [], "ring_pairs": []}
 RUN = timing.Run(RESULTS)  # the results folder: started in main
 log, save = RUN.log, RUN.save
 DEVICE = "cuda"  # "cpu" only for --cpu-smoke (Triton interpreter)
@@ -119,24 +119,29 @@ class RingPool:
 
     def verify(self, ring, i, sync=False):
         """0.5.23 `GDNAttnBackend._replayssm_target_verify`, once per layer (launch_mode="verify")."""
-        K = TARGET["K"]
         for layer in range(self.L):
-            ring.gdn_replayssm_spec_decode(
-                q=self.q[layer], k=self.kk[layer], v=self.v[layer], a=self.a[layer], b=self.b[layer],
-                A_log=self.A_log[layer], dt_bias=self.dt_bias[layer], checkpoint_state=self.temporal[layer],
-                d_cache=self.d[layer], k_cache=self.k[layer], g_cache=self.g[layer],
-                rawv_cache=None if self.d_lo is None else self.d_lo[layer],
-                rawk_cache=None if self.k_lo is None else self.k_lo[layer], beta_cache=None, out=self.out, query_start_loc=self.cu,
-                ssm_state_indices=self.slot_sets[i], replay_indices=self.row_sets[i], write_pos=self.write_pos,
-                cache_base=self.cache_base, is_flush=self.is_flush, max_cache_len=self.ring_len,
-                max_spec_len=self.N, scale=K ** -0.5, use_qk_l2norm_in_kernel=True, null_block_id=-1,
-                launch_mode="verify")
+            self.verify_layer(ring, i, layer)
             if sync:
                 torch.cuda.synchronize()
                 log("  verify layer", layer, "done")
 
-    def commit(self, ring, i, accept_lens, temporal=None, is_flush=None, cursors=None):
-        """The kernels of 0.5.20+'s `commit_mamba_states_after_verify` GDN ring branch, with its arguments."""
+    def verify_layer(self, ring, i, layer):
+        K = TARGET["K"]
+        ring.gdn_replayssm_spec_decode(
+            q=self.q[layer], k=self.kk[layer], v=self.v[layer], a=self.a[layer], b=self.b[layer],
+            A_log=self.A_log[layer], dt_bias=self.dt_bias[layer], checkpoint_state=self.temporal[layer],
+            d_cache=self.d[layer], k_cache=self.k[layer], g_cache=self.g[layer],
+            rawv_cache=None if self.d_lo is None else self.d_lo[layer],
+            rawk_cache=None if self.k_lo is None else self.k_lo[layer], beta_cache=None, out=self.out,
+            query_start_loc=self.cu,
+            ssm_state_indices=self.slot_sets[i], replay_indices=self.row_sets[i], write_pos=self.write_pos,
+            cache_base=self.cache_base, is_flush=self.is_flush, max_cache_len=self.ring_len,
+            max_spec_len=self.N, scale=K ** -0.5, use_qk_l2norm_in_kernel=True, null_block_id=-1,
+            launch_mode="verify")
+
+    def commit(self, ring, i, accept_lens, temporal=None, is_flush=None, cursors=None, tracks=None):
+        """The kernels of 0.5.20+'s `commit_mamba_states_after_verify` GDN ring branch, with its arguments
+        (`tracks`: the track slots and steps, int64, as the server passes them)."""
         temporal = self.temporal if temporal is None else temporal
         write_pos, cache_base, flags = cursors or (self.write_pos, self.cache_base, self.is_flush)
         if is_flush is None:
@@ -149,7 +154,8 @@ class RingPool:
         ring.commit_gdn_replayssm_circular(
             checkpoint_state=temporal, d_cache=self.d, k_cache=self.k, g_cache=self.g, d_residual_cache=self.d_lo,
             k_residual_cache=self.k_lo, state_batch_indices=self.slot_sets[i], replay_indices=self.row_sets[i],
-            write_pos=write_pos, cache_base=cache_base, is_flush=flags, accept_lens=accept_lens, null_block_id=-1)
+            write_pos=write_pos, cache_base=cache_base, is_flush=flags, accept_lens=accept_lens, null_block_id=-1,
+            **(dict(mamba_track_indices=tracks[0], mamba_steps_to_track=tracks[1]) if tracks else {}))
 
     def materialized(self, ring, i):
         """The state the ring stands for: the commit's materialization on copies, every row flushed."""
@@ -208,6 +214,56 @@ def cycle(ring, fsg, *, ring_len, steps, layers, B=4, N=16, seed=7):
                 per_step=rows)
 
 
+def _bits(tensor):
+    """Bit patterns (the sign of a zero included)."""
+    if not tensor.is_floating_point():
+        return tensor
+    return tensor.contiguous().view({2: torch.int16, 4: torch.int32}[tensor.element_size()])
+
+
+def ring_pair(ring, *, N, B, steps, layers, padded=2, seed=11):
+    """SGLang's ring of L = N and of 2N from the same inputs, step by step: the verify's output, every
+    slot's state (track slots and spares included), write_pos, is_flush, cache_base modulo N and the
+    materialized state must be the same bits. Rows 0..padded-1 are padded (slot -1); every other row
+    stores a track slot (a spare of the second request set) at a random step; both rings start with
+    random stale rows (a reused pool)."""
+    pools = [RingPool(N, B, sets=2, ring_len=length, layers=layers, seed=seed) for length in (N, 2 * N)]
+    for pool in pools:
+        stale = torch.Generator(device=DEVICE).manual_seed(seed + pool.ring_len)
+        for t in (pool.d, pool.k, pool.g, pool.d_lo, pool.k_lo):
+            if t is not None:
+                t.copy_(torch.randn(t.shape, device=DEVICE, generator=stale).to(t.dtype))
+        pool.slot_sets[0][:padded] = -1
+    gen = torch.Generator().manual_seed(seed)
+    track_slots = pools[0].slot_sets[1].to(torch.int64)
+    track_slots[:padded] = -1
+    differing, flushes = [], [0, 0]
+    for step in range(steps):
+        accept = torch.randint(1, N + 1, (B,), generator=gen, dtype=torch.int32)
+        track_steps = torch.tensor([int(torch.randint(-1, int(n), (1,), generator=gen)) for n in accept])
+        accept, track_steps = accept.to(DEVICE), track_steps.to(DEVICE)
+        seen = []
+        for which, pool in enumerate(pools):
+            pool.new_inputs(torch.Generator(device=DEVICE).manual_seed(seed * 1000 + step))
+            outs = []
+            for layer in range(pool.L):  # the verify writes `out` per layer: keep each layer's
+                pool.verify_layer(ring, 0, layer)
+                outs.append(pool.out.clone())
+            pool.commit(ring, 0, accept, tracks=(track_slots, track_steps))
+            flushes[which] += int(bool((pool.write_pos[pool.row_sets[0][padded:]] == 0).all()))
+            seen.append(dict(out=torch.stack(outs), state=pool.temporal.clone(), write_pos=pool.write_pos.clone(),
+                             is_flush=pool.is_flush.clone(), cache_base=pool.cache_base % N,
+                             materialized=pool.materialized(ring, 0)))
+        for name in seen[0]:
+            a, b = _bits(seen[0][name]), _bits(seen[1][name])
+            if not torch.equal(a, b):
+                count = int((a != b).sum())
+                delta = (seen[0][name].double() - seen[1][name].double()).abs().max().item()
+                differing.append(dict(step=step, name=name, values=count, max_abs=delta))
+    return dict(N=N, rings=[N, 2 * N], B=B, padded=padded, layers=layers, steps=steps, flushes=flushes,
+                bitwise_equal=not differing, differing=differing[:20])
+
+
 # -------------------------------------------------------------------------------------------- timing
 class FoldPool:
     """0.5.19's pool for the same target: fp32 state, bf16 raw window, fp32 g/beta (ReplaySSM fold), or
@@ -257,7 +313,7 @@ def time_ring(ring, fsg, fold, scatter, *, batch, path):
     steps = (lens - 1).to(torch.int64)
     row = dict(N=N, B=batch, path=path, mean_accept=lens.float().mean().item())
     if path == "ring":
-        for ring_len in (16, 64):
+        for ring_len in (16, 32, 64):
             pool = RingPool(N, batch, sets, ring_len)
 
             def ring_step(i):
@@ -311,6 +367,9 @@ def main():
     parser.add_argument("--batch", type=int, help="time one batch size (with --path) instead of the cycle")
     parser.add_argument("--path", choices=("ring", "fold", "snapshot"), default="ring")
     parser.add_argument("--diagnose", type=int, metavar="B", help="the ring step at batch B, synced per launch")
+    parser.add_argument("--pairs", action="store_true",
+                        help="rings of N and 2N from the same inputs, bit for bit per step (N: --windows)")
+    parser.add_argument("--windows", default="16,8,4", help="windows N of --pairs (default 16,8,4)")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="check the script on a CPU (TRITON_INTERPRET=1): a 3-step cycle, no timing")
     args = parser.parse_args()
@@ -331,6 +390,19 @@ def main():
     if args.diagnose:
         diagnose(ring, args.diagnose)
         return 0
+    if args.pairs:
+        ok = True
+        for N in ((4,) if args.cpu_smoke else [int(n) for n in args.windows.split(",")]):
+            try:
+                result = ring_pair(ring, N=N, B=2 if args.cpu_smoke else 8, steps=2 if args.cpu_smoke else args.steps,
+                                   layers=2 if args.cpu_smoke else 4, padded=1 if args.cpu_smoke else 2)
+            except Exception as err:  # a ring length the kernels refuse is a result
+                result = dict(N=N, rings=[N, 2 * N], bitwise_equal=False, error=f"{type(err).__name__}: {err}")
+            RESULTS["ring_pairs"].append(result)
+            save()
+            ok &= result["bitwise_equal"]
+            log("pair", json.dumps(result))
+        return 0 if ok else 1
     if args.batch:
         time_ring(ring, fsg, fold, scatter, batch=args.batch, path=args.path)
         return 0

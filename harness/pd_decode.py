@@ -59,7 +59,8 @@ def decode_pool_builder(algorithm: str):
 #: the cycle scenarios run on the PD-decode pool: track slots for both algorithms, padded rows (0.5.19);
 #: a ring that flushes every step and the track crossings (0.5.20 on; windows that fit the ring: ring_fit)
 FOLD_SCENARIOS = (("padded rows", "DFLASH"), ("track crossing", "DFLASH"), ("track crossing", "DSPARK"))
-RING_SCENARIOS = (("bonus only", "DFLASH"), ("track crossing", "DFLASH"), ("track crossing", "DSPARK"))
+RING_SCENARIOS = (("flush every commit (L = N)", "DFLASH"), ("track crossing", "DFLASH"),
+                  ("track crossing", "DSPARK"))
 
 
 def run_pd_decode_cycles(protocol: str, commit_for, *, model=None, seed: int = 0, first_only: bool = False) -> list:

@@ -52,10 +52,12 @@ def restore(pool, saved: dict) -> None:
 
 
 def ring_verify(
-    model: TinyGDN, pool, weights: list, window: VerifyWindow, slots: torch.Tensor, rows: torch.Tensor
+    model: TinyGDN, pool, weights: list, window: VerifyWindow, slots: torch.Tensor, rows: torch.Tensor,
+    outputs: list | None = None,
 ) -> list:
     """TARGET_VERIFY on every layer for requests in req-pool rows `rows` with mamba slots `slots`;
-    returns each layer's conv output [bs*N, conv_dim] (the recurrence's q, k, v inputs)."""
+    returns each layer's conv output [bs*N, conv_dim] (the recurrence's q, k, v inputs). `outputs`, if
+    given, gets each layer's verify output [bs*N, HV, V] (what the model reads)."""
     decode = gdn_kernel_module("gdn_replayssm_spec_decode")
     mamba_pool = pool.mamba_pool
     bs, draft_tokens = window.mixed_qkv.shape[1:3]
@@ -96,6 +98,8 @@ def ring_verify(
             null_block_id=-1,
             launch_mode="verify",
         )
+        if outputs is not None:
+            outputs.append(out)
     return conv_outs
 
 

@@ -68,8 +68,8 @@ RING_SCENARIOS = (
     RingScenario("track crossing", "DFLASH", 4, ((4, 2, 3),) * 4, seq_lens_pre=(5, 13, 20)),
     RingScenario("track crossing", "DSPARK", 4, ((4, 2, 3),) * 4, seq_lens_pre=(5, 13, 20)),
     # L = N: write_pos + 2N > L after every commit, so every commit materializes (DFLASH's usual
-    # block 16 with SGLang's default L 16 is this case)
-    RingScenario("flush every commit (L = N)", "DFLASH", 8, ((8, 5),) * 2, ring_len=8),
+    # block 16 with SGLang's default L 16)
+    RingScenario("flush every commit (L = N)", "DFLASH", 16, ((16, 9),) * 2, ring_len=16),
 )
 
 
@@ -129,10 +129,11 @@ def _relative_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODEL, seed: int = 0,
-                   pool_builder=build_pool) -> RingResult:
+                   pool_builder=build_pool, on_step=None) -> RingResult:
     """Run the scenario's steps, committing with `commit(worker, batch, pre, post, commit_lens)` (see
     `harness.cycle.sglang_commit` / `hook_commit`). A failing commit is recorded, never raised.
-    `pool_builder` makes the request pool (the PD-decode pool: `harness.pd_decode`)."""
+    `pool_builder` makes the request pool (the PD-decode pool: `harness.pd_decode`); `on_step(pool, slots,
+    rows, outputs, track_slots)`, if given, sees each step after its commit (outputs: the verify's, per layer)."""
     started = time.monotonic()
     generator = torch.Generator().manual_seed(seed)
     bs, draft_tokens = len(scenario.schedule[0]), scenario.draft_tokens
@@ -164,7 +165,8 @@ def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODE
             [next((j for j in range(n) if (p + j + 1) % TRACK_INTERVAL == 0), -1) for p, n in zip(pre.tolist(), lens)]
         )
         window = random_window(model, bs, draft_tokens, generator)
-        conv_outs = ring.ring_verify(model, pool, weights, window, slots, rows)
+        outputs = []
+        conv_outs = ring.ring_verify(model, pool, weights, window, slots, rows, outputs)
         before = ring.snapshot(pool)
         worker = stand_ins.spec_worker(pool, stand_ins.hybrid_backend(pool, slots), draft_tokens=draft_tokens)
         with published(scenario.algorithm, speculative_eagle_topk=1):
@@ -182,6 +184,8 @@ def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODE
         now = ring.ring_tensors(pool)
         mismatched = [name for name, tensor in now.items() if not torch.equal(tensor, expected[name])]
         result.equal_to_mtp.append(not mismatched)
+        if on_step is not None:
+            on_step(pool, slots, rows, outputs, track_slots)
         result.mismatched_tensors += [(step, name) for name in mismatched]
         result.flushes += int(bool((now["replayssm_cache_base"] != before["replayssm_cache_base"]).any()))
         reference_tracked = ring.recurrence_state(

@@ -107,8 +107,11 @@ JSON (--json), schema 1:
                     protocol, fold (the fold it commits with after the check),
                     stock_verify_kernel (triton | flashinfer), commit,
                     exactness, seconds, staging_seconds (the CUDA kernel's
-                    pinned staging grid), path; or problem (an unreadable
-                    record)
+                    pinned staging grid), warmup (SGLang's commit compiled on
+                    the pool that serves: outcome compiled | pending | error
+                    | not-needed, detail, pool, seconds, compiles,
+                    cache_hits; null: none arranged), path; or problem (an
+                    unreadable record)
   files[]           one per target file: relpath, path, state (pristine |
                     patched | unknown | missing), sha256 (now, or null),
                     pristine_sha256 (the base, if it can be restored exactly),
@@ -409,6 +412,8 @@ def _selfcheck_lines(entries: list) -> str:
             state = _LIVENESS.get(r["liveness"]) or f"{r['liveness']}: {r['liveness_detail']}"
             fold_used = (r.get("fold") or {}).get("fold", "-")
             lines.append(f"{label}: pid {r['pid']} ({state}): {r['outcome']}, fold {fold_used}: {r['detail']}")
+            if isinstance(r.get("warmup"), dict):
+                lines.append(f"  warm-up: {r['warmup'].get('outcome')}: {r['warmup'].get('detail')}")
     return "\n".join(lines) + "\n"
 
 

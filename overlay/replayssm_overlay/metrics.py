@@ -40,6 +40,11 @@ def facts(status: dict) -> dict:
     outcomes: dict[str, int] = {}
     for record in live:
         outcomes[record.get("outcome") or "unknown"] = outcomes.get(record.get("outcome") or "unknown", 0) + 1
+    warmups = [r["warmup"] for r in live if isinstance(r.get("warmup"), dict)]
+    warmup_outcomes: dict[str, int] = {}
+    for warmup in warmups:
+        warmup_outcomes[warmup.get("outcome") or "unknown"] = warmup_outcomes.get(warmup.get("outcome") or "unknown",
+                                                                                  0) + 1
     kernels = status.get("kernels") or {}
     shapes = sorted({f.get("shape") for f in kernels.get("fallbacks_recorded") or [] if f.get("shape")})
     return {
@@ -57,6 +62,9 @@ def facts(status: dict) -> dict:
         "selfcheck_outcomes": outcomes,
         "unreadable_records": sum(1 for r in status.get("selfcheck") or [] if "problem" in r),
         "fallback_shapes": shapes,
+        "warmup_outcomes": warmup_outcomes,
+        "warmup_compiles": sum(w.get("compiles") or 0 for w in warmups),
+        "warmup_seconds_max": max((w.get("seconds") or 0 for w in warmups), default=0),
     }
 
 
@@ -120,4 +128,25 @@ def exposition(found: dict, labels: dict[str, str] | None = None) -> str:
             1,
             shape=shape,
         )
+    for outcome, count in sorted(found["warmup_outcomes"].items()):
+        out.add(
+            "replayssm_overlay_warmup_processes",
+            "gauge",
+            "Live serving processes per warm-up outcome of SGLang's commit on their pool (compiled, pending, "
+            "error, not-needed).",
+            count,
+            outcome=outcome,
+        )
+    out.add(
+        "replayssm_overlay_warmup_compiles",
+        "gauge",
+        "Triton compiles the warm-ups of live serving processes ran (cache hits not counted).",
+        found["warmup_compiles"],
+    )
+    out.add(
+        "replayssm_overlay_warmup_seconds_max",
+        "gauge",
+        "The longest warm-up of a live serving process, in seconds.",
+        found["warmup_seconds_max"],
+    )
     return out.render()

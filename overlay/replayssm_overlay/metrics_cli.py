@@ -35,14 +35,20 @@ JSON (--json):
   selfcheck_outcomes       {outcome: live processes}
   unreadable_records       self-check records that could not be read
   fallback_shapes[]        commit shapes live processes ran with SGLang's fold
+  warmup_outcomes          {outcome: live processes} of the warm-up of SGLang's
+                           commit on their pool (status --json:
+                           selfcheck[].warmup)
+  warmup_compiles          Triton compiles those warm-ups ran
+  warmup_seconds_max       the longest of those warm-ups
 
 Prometheus text (default): replayssm_overlay_info{overlay_version, sglang_release,
 sglang_version, patch_state, unverified, protocol, bitwise_equal_to, exactness_row},
 replayssm_overlay_fold_in_use{fold} (0/1,
 every kind present), replayssm_overlay_serving_processes,
 replayssm_overlay_selfcheck_processes{outcome}, replayssm_overlay_unreadable_records,
-replayssm_overlay_fallback_shapes, replayssm_overlay_fallback_shape{shape}; each
-sample carries the --label pairs.
+replayssm_overlay_fallback_shapes, replayssm_overlay_fallback_shape{shape},
+replayssm_overlay_warmup_processes{outcome}, replayssm_overlay_warmup_compiles,
+replayssm_overlay_warmup_seconds_max; each sample carries the --label pairs.
 """
 
 

@@ -11,21 +11,23 @@ run) the process switches to SGLang's own fold (`fold.fall_back_to_sglang`) and 
 why. The outcome is written as a small JSON record per process (`records.py`, kind "selfcheck"), which
 `replayssm-overlay status --json` reads from another process (`read_records`).
 
-Cost: one layer, two requests, the pool's own per-rank head shape, dtypes and verify window, launched
-through the server's own commit path (`kernels.commit_plan.CommitPlan`), so the prebuilt CUDA kernel is
-the one that runs (`RSO_FOLD=triton`: the Triton twin, which Triton compiles here, before serving); the
-reference compiles SGLang's recurrence twice (ring write and decode), cached by Triton. The CUDA kernel is
-launched twice on the same window: on the grid serving picks for this batch (one item per block at this
-size), and on a pinned grid of `cuda_fold.STRIDED_BLOCKS` blocks (`STAGING_GRID`), where every block walks
-several items and stages and prefetches the next one while it folds (`has_next` in `gdn_fold.cu`), the
-path every batch with more items than resident blocks runs; its cost (two more launches and compares) is
-recorded as `staging_seconds`.
+Cost: two layers, a batch of eight rows (two of them padded: slot -1), a conv state of 576 elements per slot
+(more than one 512-element conv unit), the pool's own per-rank head shape, dtypes and verify window, launched
+through the server's own commit path (`kernels.commit_plan.CommitPlan`), so the prebuilt CUDA kernel is the
+one that runs (`RSO_FOLD=triton`: the Triton twin, which Triton compiles here, before serving); the reference
+compiles SGLang's recurrence twice (ring write and decode), cached by Triton. The CUDA kernel is launched
+twice on the same window: on the grid serving picks for this batch, and on a pinned grid of
+`cuda_fold.STRIDED_BLOCKS` blocks (`STAGING_GRID`), where every block walks several items and stages and
+prefetches the next one while it folds (`has_next` in `gdn_fold.cu`), the path every batch with more items
+than resident blocks runs; its cost (two more launches and compares) is recorded as `staging_seconds`.
 A non-fp32 SSM state (`--mamba-ssm-dtype`) is not one the overlay's fold handles: SGLang's fold commits,
 said once, and there is nothing to check. On the circular-ring releases (0.5.20 on,
 `replayssm_overlay.protocol`) the commit is SGLang's own MTP commit and the overlay's fold never runs:
 nothing is checked or compiled, and the record says what commits ("ring-commit").
 Every record carries `commit`, `exactness` (`replayssm_overlay.exactness`) and `stock_verify_kernel`, the
-kernel stock SGLang would verify with on this server's flags with ReplaySSM off (`verify_kernel.py`).
+kernel stock SGLang would verify with on this server's flags with ReplaySSM off (`verify_kernel.py`), and
+`warmup`: SGLang's commit compiled on the pool that serves (`replayssm_overlay.sglang_warmup`), null until it
+is arranged.
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ from pathlib import Path
 from replayssm_overlay import exactness, protocol, records
 
 RECORD_SCHEMA = 2
-REQUESTS = 2  # rows of the check's batch: one accepts the whole window, one a random shorter prefix
-CONV_DIM, CONV_WIDTH = 64, 3  # the check's conv state per slot (the commit's conv sizes are runtime values)
+REQUESTS = 8  # rows of the check's batch (a batch of 8): row 0 accepts the whole window, the others random prefixes
+PADDED_ROWS = (3, 6)  # rows without a slot (-1), as a padded batch has them
+LAYERS = 2  # layers of the check's pool: the kernels' layer strides are exercised
+#: the check's conv state per slot: 576 elements, more than one of the CUDA kernel's 512-element conv units
+CONV_DIM, CONV_WIDTH = 192, 3
 STAGING_GRID = "strided"  # the CUDA kernel's pinned grid on which each block folds several items (has_next)
 
 logger = logging.getLogger("replayssm_overlay.selfcheck")
 _checked = {}  # (Geometry, stock verify kernel) -> its record: the check runs once per process and pool geometry
+_warmup = {}  # this process's warm-up outcome (`sglang_warmup`), on every record
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,7 @@ def check_before_serving(geometry: Geometry, *, seed: int | None = None, protoco
         "seed": seed, "geometry": asdict(geometry), "protocol": protocol_name, "fold": used,
         "stock_verify_kernel": stock_verify,
         "commit": claim["commit"], "exactness": claim, "seconds": round(time.monotonic() - started, 3), **timing,
+        "warmup": dict(_warmup) or None,
     }
     records.write("selfcheck", record, logger)
     _checked[geometry, stock_verify] = record
@@ -180,6 +187,8 @@ def _commit_differs(window, source, expected, tracked) -> str:
                                                                   track_slots, track_steps)
         state = pool.temporal
         for row, slot in enumerate(window.slots.tolist()):
+            if slot < 0:
+                continue
             if not torch.equal(state[:, slot], expected[:, slot]):
                 return (f"slot of request {row} (accepted {int(window.accept_lens[row])} of {window.rawk.shape[3]} "
                         f"tokens) differs after the fold, {_diff(state[:, slot], expected[:, slot])}")
@@ -201,20 +210,21 @@ def _diff(got, want) -> str:
 
 @dataclass
 class _Window:
-    """One layer after SGLang's verify wrote the ring: slots 0..REQUESTS-1 are the requests', the next
-    one the track slot, the last one nobody's."""
+    """LAYERS layers after SGLang's verify wrote the ring of every request row that has a slot: the batch's
+    REQUESTS rows hold the slots 0.. in order, except the PADDED_ROWS (slot -1, nothing accepted, as a
+    padded batch passes them); the next slot is the track slot, the last one nobody's."""
 
-    inputs: dict  # the recurrence's per-token inputs: q, k, v [B, N, heads, dim], a, b [B, N, HV]
-    A_log: object
-    dt_bias: object
-    initial: object  # [1, S, HV, V, K] pre-verify state
+    inputs: dict  # the recurrence's per-token inputs: q, k, v [layers, B, N, heads, dim], a, b [layers, B, N, HV]
+    A_log: object  # [layers, HV]
+    dt_bias: object  # [layers, HV]
+    initial: object  # [layers, S, HV, V, K] pre-verify state
     rawv: object
     rawk: object
     g: object
     beta: object
-    slots: object  # [B] int32
-    accept_lens: object  # [B] int32
-    conv_windows: object  # [1, B, N, CONV_DIM, CONV_WIDTH] per-step conv windows, random
+    slots: object  # [B] int32, -1 for the padded rows
+    accept_lens: object  # [B] int32, 0 for the padded rows
+    conv_windows: object  # [layers, B, N, CONV_DIM, CONV_WIDTH] per-step conv windows, random
 
     def pool(self):
         """A fresh pool (the pre-verify state, the ring, zero conv states) shaped like the server's."""
@@ -222,7 +232,7 @@ class _Window:
 
         import torch
 
-        conv = torch.zeros(1, self.initial.shape[1], CONV_DIM, CONV_WIDTH, dtype=self.rawk.dtype,
+        conv = torch.zeros(LAYERS, self.initial.shape[1], CONV_DIM, CONV_WIDTH, dtype=self.rawk.dtype,
                            device=self.initial.device)
         return types.SimpleNamespace(temporal=self.initial.clone(), replayssm_rawv=self.rawv, replayssm_rawk=self.rawk,
                                      replayssm_g=self.g, replayssm_beta=self.beta, conv=[conv],
@@ -230,45 +240,54 @@ class _Window:
 
     @property
     def track_slot(self) -> int:
-        return REQUESTS
+        return REQUESTS - len(PADDED_ROWS)
 
     def untouched_slot(self, track: bool) -> int:
-        return REQUESTS + 1 if track else REQUESTS
+        return self.track_slot + 1 if track else self.track_slot
 
     def track(self):
-        """Row 0 stores its state after step N//2 into the track slot; row 1 stores nothing. int64, as the
-        server passes them (so the check launches what serving launches)."""
+        """Row 0 stores its state after step N//2 into the track slot; the others store nothing. int64, as
+        the server passes them (so the check launches what serving launches)."""
         import torch
 
         device = self.slots.device
-        steps = torch.tensor([int(self.accept_lens[0]) // 2, -1], dtype=torch.int64, device=device)
-        return torch.tensor([self.track_slot, -1], dtype=torch.int64, device=device), steps
+        steps = torch.full((REQUESTS,), -1, dtype=torch.int64, device=device)
+        slots = torch.full((REQUESTS,), -1, dtype=torch.int64, device=device)
+        steps[0], slots[0] = int(self.accept_lens[0]) // 2, self.track_slot
+        return slots, steps
 
     def replayed(self):
         """(state after SGLang's recurrence ran token by token over each accepted prefix, the track slot's
-        state: row 0's after its track step)."""
+        state: row 0's after its track step). Every step runs every row that has a slot (the recurrence
+        compiles once per batch size, a constexpr): a row past its accepted prefix writes a scratch slot that
+        only this replay has, one past the pool's."""
         import torch
 
         fsg = _recurrence_module()
-        state = self.initial.clone()
+        scratch = self.initial.shape[1]
+        state = torch.cat([self.initial, self.initial[:, :1]], dim=1)
         lens = self.accept_lens.tolist()
+        rows = [i for i, n in enumerate(lens) if n > 0]
+        idx = torch.tensor(rows, device=state.device)
         track_step = lens[0] // 2
         tracked = None
         for t in range(max(lens)):
-            rows = [i for i, n in enumerate(lens) if t < n]
-            idx = torch.tensor(rows, device=state.device)
-            q, k, v = _packed_qkv(*(self.inputs[name][idx, t] for name in ("q", "k", "v")))
-            fsg.fused_sigmoid_gating_delta_rule_update(
-                A_log=self.A_log, a=self.inputs["a"][idx, t].contiguous(), dt_bias=self.dt_bias,
-                softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v,
-                b=self.inputs["b"][idx, t].contiguous(), initial_state_source=state[0],
-                initial_state_indices=self.slots[idx].contiguous(),
-                cu_seqlens=torch.arange(len(rows) + 1, dtype=torch.int32, device=state.device),
-                use_qk_l2norm_in_kernel=True,
-            )
+            slots = torch.tensor([int(self.slots[i]) if t < lens[i] else scratch for i in rows], dtype=torch.int32,
+                                 device=state.device)
+            for layer in range(LAYERS):
+                inputs = {name: tensor[layer] for name, tensor in self.inputs.items()}
+                q, k, v = _packed_qkv(*(inputs[name][idx, t] for name in ("q", "k", "v")))
+                fsg.fused_sigmoid_gating_delta_rule_update(
+                    A_log=self.A_log[layer], a=inputs["a"][idx, t].contiguous(), dt_bias=self.dt_bias[layer],
+                    softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v,
+                    b=inputs["b"][idx, t].contiguous(), initial_state_source=state[layer],
+                    initial_state_indices=slots,
+                    cu_seqlens=torch.arange(len(rows) + 1, dtype=torch.int32, device=state.device),
+                    use_qk_l2norm_in_kernel=True,
+                )
             if t == track_step:
                 tracked = state[:, int(self.slots[0])].clone()
-        return state, tracked
+        return state[:, :scratch], tracked
 
 
 #: SGLang's recurrence module, wherever the release keeps it (`protocol.KERNEL_PACKAGES`), oldest package
@@ -301,7 +320,8 @@ def _packed_qkv(q, k, v):
 
 
 def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
-    """Fresh random inputs for REQUESTS requests; SGLang's verify kernel writes their ring (cache_ring)."""
+    """Fresh random inputs for REQUESTS rows on LAYERS layers; SGLang's verify kernel writes the ring
+    (cache_ring) of the rows that have a slot."""
     import torch
 
     HV, H, V, K, N = (geometry.num_v_heads, geometry.num_k_heads, geometry.head_v_dim, geometry.head_k_dim,
@@ -312,32 +332,53 @@ def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
     def randn(*shape, scale=1.0, dtype=torch.float32):
         return (torch.randn(*shape, generator=gen) * scale).to(dtype).to(device)
 
-    slots = REQUESTS + 2
-    inputs = {"q": randn(REQUESTS, N, H, K, dtype=raw), "k": randn(REQUESTS, N, H, K, dtype=raw),
-              "v": randn(REQUESTS, N, HV, V, dtype=raw), "a": randn(REQUESTS, N, HV, dtype=raw),
-              "b": randn(REQUESTS, N, HV, dtype=raw)}
-    shorter = 1 + int(torch.randint(max(N - 1, 1), (1,), generator=gen)) if N > 1 else 1
+    real = [row for row in range(REQUESTS) if row not in PADDED_ROWS]
+    slot_count = len(real) + 2
+    inputs = {"q": randn(LAYERS, REQUESTS, N, H, K, dtype=raw), "k": randn(LAYERS, REQUESTS, N, H, K, dtype=raw),
+              "v": randn(LAYERS, REQUESTS, N, HV, V, dtype=raw), "a": randn(LAYERS, REQUESTS, N, HV, dtype=raw),
+              "b": randn(LAYERS, REQUESTS, N, HV, dtype=raw)}
+    lens = [N] + [1 + int(torch.randint(N, (1,), generator=gen)) for _ in range(REQUESTS - 1)]
+    slots = [-1] * REQUESTS
+    for slot, row in enumerate(real):
+        slots[row] = slot
     window = _Window(
-        inputs=inputs, A_log=randn(HV, scale=0.5), dt_bias=randn(HV, scale=0.5),
-        initial=randn(1, slots, HV, V, K, scale=0.5),
-        rawv=torch.zeros(1, slots, HV, N, V, dtype=raw, device=device),
-        rawk=torch.zeros(1, slots, H, N, K, dtype=raw, device=device),
-        g=torch.zeros(1, slots, HV, N, device=device), beta=torch.zeros(1, slots, HV, N, device=device),
-        slots=torch.arange(REQUESTS, dtype=torch.int32, device=device),
-        accept_lens=torch.tensor([N, shorter], dtype=torch.int32, device=device),
-        conv_windows=randn(1, REQUESTS, N, CONV_DIM, CONV_WIDTH, dtype=raw),
+        inputs=inputs, A_log=randn(LAYERS, HV, scale=0.5), dt_bias=randn(LAYERS, HV, scale=0.5),
+        initial=randn(LAYERS, slot_count, HV, V, K, scale=0.5),
+        rawv=torch.zeros(LAYERS, slot_count, HV, N, V, dtype=raw, device=device),
+        rawk=torch.zeros(LAYERS, slot_count, H, N, K, dtype=raw, device=device),
+        g=torch.zeros(LAYERS, slot_count, HV, N, device=device),
+        beta=torch.zeros(LAYERS, slot_count, HV, N, device=device),
+        slots=torch.tensor(slots, dtype=torch.int32, device=device),
+        accept_lens=torch.tensor([0 if row in PADDED_ROWS else n for row, n in enumerate(lens)], dtype=torch.int32,
+                                 device=device),
+        conv_windows=randn(LAYERS, REQUESTS, N, CONV_DIM, CONV_WIDTH, dtype=raw),
     )
-    q, k, v = _packed_qkv(*(inputs[name].reshape(REQUESTS * N, *inputs[name].shape[2:]) for name in ("q", "k", "v")))
-    _recurrence_module().fused_sigmoid_gating_delta_rule_update(
-        A_log=window.A_log, a=inputs["a"].reshape(REQUESTS * N, HV), dt_bias=window.dt_bias, softplus_beta=1.0,
-        softplus_threshold=20.0, q=q, k=k, v=v, b=inputs["b"].reshape(REQUESTS * N, HV),
-        initial_state_source=window.initial[0].clone(), initial_state_indices=window.slots,
-        cu_seqlens=torch.arange(0, REQUESTS * N + 1, N, dtype=torch.int32, device=device),
-        use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True, cache_ring=True,
-        replayssm_rawv=window.rawv[0], replayssm_rawk=window.rawk[0], replayssm_g=window.g[0],
-        replayssm_beta=window.beta[0],
-    )
+    rows = torch.tensor(real, device=device)
+    tokens = len(real) * N
+    for layer in range(LAYERS):
+        per_token = {name: inputs[name][layer][rows].reshape(tokens, *inputs[name].shape[3:]) for name in inputs}
+        q, k, v = _packed_qkv(per_token["q"], per_token["k"], per_token["v"])
+        _recurrence_module().fused_sigmoid_gating_delta_rule_update(
+            A_log=window.A_log[layer], a=per_token["a"], dt_bias=window.dt_bias[layer], softplus_beta=1.0,
+            softplus_threshold=20.0, q=q, k=k, v=v, b=per_token["b"],
+            initial_state_source=window.initial[layer].clone(), initial_state_indices=window.slots[rows],
+            cu_seqlens=torch.arange(0, tokens + 1, N, dtype=torch.int32, device=device),
+            use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True, cache_ring=True,
+            replayssm_rawv=window.rawv[layer], replayssm_rawk=window.rawk[layer], replayssm_g=window.g[layer],
+            replayssm_beta=window.beta[layer],
+        )
     return window
+
+
+def note_warmup(outcome: dict) -> None:
+    """`sglang_warmup`'s outcome on this process's record (`warmup`), rewritten; kept for a record written
+    later."""
+    _warmup.clear()
+    _warmup.update(outcome)
+    for record in _checked.values():
+        record["warmup"] = dict(outcome)
+    if _checked:
+        records.write("selfcheck", list(_checked.values())[-1], logger)
 
 
 def read_records(folder: Path | None = None, sglang_dir: Path | None = None) -> list:

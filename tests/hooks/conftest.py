@@ -14,3 +14,18 @@ def self_check_records_in_tmp(monkeypatch, tmp_path):
     from replayssm_overlay import records
 
     monkeypatch.setenv(records.ENV_DIR, str(tmp_path / "rso-state"))
+
+
+@pytest.fixture(autouse=True)
+def no_pending_warm_up():
+    """A test that lifts the refusal without building a pool leaves the warm-up's wrapper of MambaPool's
+    constructor pending (`replayssm_overlay.sglang_warmup`; a server builds its pool next): put the
+    constructor back after each test, so no later test's pool is warmed."""
+    yield
+    from sglang.srt.mem_cache.memory_pool import MambaPool
+
+    from replayssm_overlay import sglang_warmup
+
+    original = getattr(MambaPool.__init__, sglang_warmup._MARK, None)
+    if original is not None:
+        MambaPool.__init__ = original

@@ -219,26 +219,38 @@ CHECKED_SHAPES = [(hv, max(1, hv // 2), 128, window) for hv in (4, 8, 16, 32, 64
 @pytest.mark.parametrize("has_track", [False, True])
 @pytest.mark.parametrize("hv,h,v,window", CHECKED_SHAPES)
 def test_on_the_staging_grid_every_block_of_the_checks_commit_folds_several_items(hv, h, v, window, has_track):
-    """What makes the check run `has_next` in gdn_fold.cu: with the check's two rows, serving's grid gives
-    each block one item (resident blocks of an H100/H200 outnumber the items), the staging grid several
-    (each block but possibly the last stages its next item at every item but its last)."""
-    state = torch.zeros(1, selfcheck.REQUESTS + 2, hv, v, 128)
-    rawv, rawk = torch.zeros(1, 4, hv, window, v, dtype=torch.bfloat16), torch.zeros(1, 4, h, window, 128,
-                                                                                     dtype=torch.bfloat16)
-    g = torch.zeros(1, 4, hv, window)
-    conv = torch.zeros(1, 4, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH, dtype=torch.bfloat16)
-    windows = torch.zeros(1, selfcheck.REQUESTS, window, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH, dtype=torch.bfloat16)
-    slots = torch.zeros(selfcheck.REQUESTS, dtype=torch.int32)
+    """What makes the check run `has_next` in gdn_fold.cu whatever grid serving picks for its batch: on the
+    staging grid each block stages its next item at every item but its last. The check's pool has two
+    layers and a conv state of more than one 512-element conv unit per slot."""
+    layers, slots = selfcheck.LAYERS, selfcheck.REQUESTS - len(selfcheck.PADDED_ROWS) + 2
+    state = torch.zeros(layers, slots, hv, v, 128)
+    rawv = torch.zeros(layers, slots, hv, window, v, dtype=torch.bfloat16)
+    rawk = torch.zeros(layers, slots, h, window, 128, dtype=torch.bfloat16)
+    g = torch.zeros(layers, slots, hv, window)
+    conv = torch.zeros(layers, slots, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH, dtype=torch.bfloat16)
+    windows = torch.zeros(layers, selfcheck.REQUESTS, window, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH,
+                          dtype=torch.bfloat16)
+    batch = torch.zeros(selfcheck.REQUESTS, dtype=torch.int32)
     src, dst, conv_ints = gdn_fold.conv_args(state, conv, windows)
-    args = (state, rawv, rawk, src, dst, g, g, slots, slots, slots, slots,
+    args = (state, rawv, rawk, src, dst, g, g, batch, batch, batch, batch,
             *gdn_fold.runtime_args(state, rawv, rawk, g, g), *conv_ints)
     packed = cuda_fold.pack(args, selfcheck.REQUESTS)
-    team, resident = 4, 132 * 4  # an H100's or H200's SMs, 16 warps each
+    assert packed.layers == 2 and packed.conv_elems > cuda_fold.CONV_CHUNK
+    team = 4
     work = cuda_fold.work_units(packed, team)
-    served = cuda_fold.grid_size(packed, team, resident, has_track)
-    staged = cuda_fold.grid_size(packed, team, resident, has_track, selfcheck.STAGING_GRID)
-    assert served == work  # one item per block: has_next never true
+    staged = cuda_fold.grid_size(packed, team, 132 * 4, has_track, selfcheck.STAGING_GRID)  # an H100's SMs
     assert staged == cuda_fold.STRIDED_BLOCKS and work >= 2 * staged, (work, staged)
+
+
+def test_the_checks_batch_is_a_padded_batch_of_eight_on_two_layers():
+    window = selfcheck._verified_window(SMALL, torch.device("cpu"), 3)
+    slots, lens = window.slots.tolist(), window.accept_lens.tolist()
+    assert len(slots) == selfcheck.REQUESTS >= 8 and window.initial.shape[0] == selfcheck.LAYERS == 2
+    assert [row for row, slot in enumerate(slots) if slot < 0] == list(selfcheck.PADDED_ROWS) != []
+    assert all(lens[row] == 0 for row in selfcheck.PADDED_ROWS) and lens[0] == SMALL.window
+    assert sorted(s for s in slots if s >= 0) == list(range(selfcheck.REQUESTS - len(selfcheck.PADDED_ROWS)))
+    assert selfcheck.CONV_DIM * selfcheck.CONV_WIDTH > cuda_fold.CONV_CHUNK
+    assert window.conv_windows.shape[:2] == (selfcheck.LAYERS, selfcheck.REQUESTS)
 
 
 def test_records_of_dead_processes_and_unreadable_files_are_listed(tmp_path):
@@ -296,19 +308,16 @@ NEXT_ITEM_NORMALIZED = "    if (has_next)\n      normalize_share<NT, HELD>(a, ne
 
 @pytest.mark.gpu
 def test_gpu_a_fault_only_in_the_staging_path_is_caught(monkeypatch):
-    """The kernel built with the next item's k never normalized: serving's grid for the check's two rows
-    (one item per block) commits right, the staging grid does not, and the check says so."""
+    """The kernel built with the next item's k never normalized: a block that folds more than one item
+    commits wrong, and the check (on serving's grid where that already has such blocks, else on the
+    pinned staging grid) says so and falls back."""
     source = nvrtc.SOURCE.read_text()
     assert source.count(NEXT_ITEM_NORMALIZED) == 1
     never = NEXT_ITEM_NORMALIZED.replace("(has_next)", "(has_next && a.batch < 0)")
     planted = source.replace(NEXT_ITEM_NORMALIZED, never)
-    kernels = _cuda_kernel_chosen(monkeypatch, planted)
-    device = torch.device("cuda", torch.cuda.current_device())
-    window = selfcheck._verified_window(GPU_TARGET, device, 19)
-    expected, tracked = window.replayed()
-    assert selfcheck._commit_differs(window, kernels, expected, tracked) == ""  # the single-block check alone
+    _cuda_kernel_chosen(monkeypatch, planted)
     record = selfcheck.check_before_serving(GPU_TARGET, seed=19)
-    assert record["outcome"] == "mismatch" and f"pinned {selfcheck.STAGING_GRID} grid" in record["detail"], record
+    assert record["outcome"] == "mismatch" and "differs" in record["detail"], record
     assert fold.describe()["fold"] == "sglang"
 
 

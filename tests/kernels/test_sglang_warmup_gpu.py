@@ -1,12 +1,13 @@
-"""On a GPU: after `sglang_warmup` compiled SGLang's commit on its stand-in, the server's first commits on a
-pool laid out as `MambaPool` lays it out compile nothing more (marked `gpu`; skipped without CUDA).
+"""On a GPU: after `sglang_warmup` compiled SGLang's commit on the pool, the server's first commits on that
+pool compile nothing more (marked `gpu`; skipped without CUDA).
 
-The CPU test (tests/hooks/test_sglang_warmup.py) checks that the stand-in has the real pool's strides, shapes
-and dtypes; this one checks, with Triton's compiler itself, that they are what decides its compiles: a fresh
-Triton cache folder, the warm-up, then commits with real rows (accepted prefixes, a track slot) on a pool of
-the same layout, and no new binary of SGLang's fold or conv scatter in the folder. Prints what the warm-up
-cost (reported, not asserted). SGLang's kernel files come from RSO_SGLANG_KERNELS, as for the other GPU
-tests (benchmarks/README.md).
+The CPU test (tests/hooks/test_sglang_warmup.py) checks that the warm-up runs on the very tensors of the pool
+SGLang builds (the hybrid pool and the PD-decode pool); this one checks, with Triton's compiler itself, that
+this leaves nothing to compile: a fresh Triton cache folder, the warm-up on a pool laid out as `MambaPool`
+lays it out (a PD-decode pool's slot count, larger than `max_mamba_cache_size + 1`), then commits with real
+rows (accepted prefixes, a track slot), and no new binary of SGLang's fold or conv scatter in the folder.
+Prints what the warm-up cost and what it recorded (reported, not asserted). SGLang's kernel files come from
+RSO_SGLANG_KERNELS, as for the other GPU tests (benchmarks/README.md).
 """
 
 import time
@@ -17,7 +18,9 @@ import torch
 from benchmarks.fold_cases import sglang_module
 from replayssm_overlay import fold, sglang_warmup
 
-SLOTS, ROWS = 33, 17  # --max-mamba-cache-size 32, --max-running-requests 16: MambaPool's slot and row counts
+#: a PD-decode pool of --max-running-requests 16 plus 40 pre-allocated rows, one slot each (max_mamba_cache_size
+#: 32 would have made 33 slots): MambaPool's slot and request-row counts
+SLOTS, ROWS = 57, 17
 LAYERS, HV, H, K, V, WINDOW, CONV_DIM, CONV_WIDTH = 2, 32, 16, 128, 128, 16, 8192, 3
 FOLD_KERNELS = ("gdn_replayssm_exact_fold_kernel", "_fused_conv_window_scatter_with_mask_kernel")
 
@@ -54,19 +57,18 @@ def test_gpu_after_the_warm_up_the_first_commits_compile_nothing(tmp_path):
 
     for name in ("fla.gdn_replayssm_spec_fold", "mamba.mamba_state_scatter_triton"):
         sglang_module(name)  # registered under their full names, which SGLang's commit imports
-    layout = sglang_warmup.PoolLayout(slots=SLOTS, num_v_heads=HV, num_k_heads=H, head_v_dim=V, head_k_dim=K,
-                                      window=WINDOW, state_dtype="float32", ring_dtype="bfloat16",
-                                      conv_shapes=((CONV_DIM, CONV_WIDTH),), conv_window_dedup=True)
+    pool = types.SimpleNamespace(**_pool())
+    mamba_pool = types.SimpleNamespace(get_speculative_mamba2_params_all_layers=lambda: pool)
+    before = pool.temporal.clone()
     with triton.knobs.cache.scope():
         triton.knobs.cache.dir = str(tmp_path)
         started = time.monotonic()
-        for track in (False, True):
-            fold.sglang_commit(**sglang_warmup._padded_commit(layout, track))
-        torch.cuda.synchronize()
+        outcome = sglang_warmup._warm(mamba_pool, "test")
         warmed = _binaries(tmp_path)
-        print(f"warm-up: {time.monotonic() - started:.2f} s, binaries compiled: {warmed}")
-        pool = types.SimpleNamespace(**_pool())
-        before = pool.temporal.clone()
+        print(f"warm-up: {time.monotonic() - started:.2f} s, binaries compiled: {warmed}, recorded: {outcome}")
+        assert outcome["outcome"] == "compiled" and outcome["pool"]["slots"] == SLOTS, outcome
+        assert outcome["compiles"] is None or outcome["compiles"] >= 2
+        assert torch.equal(pool.temporal, before)  # padded rows: nothing written
         slots = torch.tensor([3, 0, -1, 7], dtype=torch.int32, device="cuda")
         lens = torch.tensor([16, 5, 0, 1], dtype=torch.int32, device="cuda")
         track = (torch.tensor([9, -1, -1, 10], dtype=torch.int64, device="cuda"),

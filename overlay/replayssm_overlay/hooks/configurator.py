@@ -11,14 +11,15 @@ to be raised, and the answer (the same on every release) is:
   variable, because GDN's verify kernels only take the dense `[bs, N]` window;
 - anything else (no GDN model, another algorithm): keep SGLang's own error.
 
-Before lifting it, on SGLang 0.5.19 (the raw-window fold, `replayssm_overlay.protocol`) the node checks
-the fold it will commit with (`replayssm_overlay.selfcheck`: bitwise against SGLang's recurrence on a
-random window, or SGLang's fold for a non-fp32 state), and where that fold is SGLang's, compiles it
-(`replayssm_overlay.sglang_warmup`); on the circular-ring releases (0.5.20 on) the commit is SGLang's
-own MTP commit, so nothing of the overlay's is checked, and the verify window must fit the ring
-(`hooks/ring_fit.py`: refused otherwise, naming both flags). The record and the INFO line carry the claim
-(`replayssm_overlay.exactness`), which on 0.5.19 depends on the kernel stock SGLang would verify with on
-these flags with ReplaySSM off (`stock_verify`, from the published `--linear-attn-*` flags and the GPU).
+Before lifting it, on SGLang 0.5.19 (the raw-window fold, `replayssm_overlay.protocol`) the node checks the
+fold it will commit with (`replayssm_overlay.selfcheck`: bitwise against SGLang's recurrence on a random
+window, or SGLang's fold for a non-fp32 state), and where SGLang's fold can commit (it is the fold, or the
+CUDA kernel's per-call fallback) compiles it on the pool once built (`replayssm_overlay.sglang_warmup`); on
+the circular-ring releases (0.5.20 on) the commit is SGLang's own MTP commit, so nothing of the overlay's is
+checked, and the verify window must fit the ring (`hooks/ring_fit.py`: refused otherwise, naming both flags).
+The record and the INFO line carry the claim (`replayssm_overlay.exactness`), which on 0.5.19 depends on the
+kernel stock SGLang would verify with on these flags with ReplaySSM off (`stock_verify`, from the published
+`--linear-attn-*` flags and the GPU).
 The commit path is imported here, so an overlay whose commit cannot import never lifts the refusal
 (`hooks/__init__.py`).
 
@@ -96,7 +97,7 @@ def admit(configurator, algorithm: str, model_config) -> None:
         require_ring_fit(algorithm)
     record = selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator), protocol_name=installed,
                                             stock_verify=stock_verify())
-    sglang_warmup.warm_before_serving(configurator)  # where SGLang's fold commits: compiled now, not at a request
+    sglang_warmup.warm_before_serving()  # where SGLang's fold can commit: compiled on the pool, not at a request
     logger.info(
         "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; %s commits "
         "the accepted prefix: %s",
