@@ -56,11 +56,15 @@ def test_the_three_families_plan_on_every_release():
             assert doc["per_request_bytes"]["off"] > doc["per_request_bytes"]["on"] > 0
 
 
-def test_ring_release_refuses_a_ring_shorter_than_twice_the_window():
+def test_ring_release_refuses_a_ring_that_does_not_fit_the_window():
+    """The ring rule of hooks/ring_fit.py: the default ring of 16 fits a window of 16 (a ring of exactly N),
+    a window of 12 needs 2N, the next power of two: 32."""
     rc, doc, _ = plan_json("--model", M35, "--release", RING_RELEASE, "--algorithm", "DFLASH", "--window", "16")
+    assert rc == 0 and doc["ring_fits"] is True and doc["smallest_ring"] == 16
+    rc, doc, _ = plan_json("--model", M35, "--release", RING_RELEASE, "--algorithm", "DFLASH", "--window", "12")
     assert rc == 1 and not doc["ok"] and doc["ring_fits"] is False and doc["smallest_ring"] == 32
     assert "--linear-replayssm-cache-len 32" in doc["refusals"][0]
-    rc, doc, _ = plan_json("--model", M35, "--release", RING_RELEASE, "--algorithm", "DFLASH", "--window", "16",
+    rc, doc, _ = plan_json("--model", M35, "--release", RING_RELEASE, "--algorithm", "DFLASH", "--window", "12",
                            "--ring-len", "32")
     assert rc == 0 and doc["ring_fits"] is True
 
