@@ -571,6 +571,7 @@ def test_a_frozen_node_on_a_new_spec_is_called_hung_and_switched_without_a_drain
     assert (f"node2: switching {v2.ref} -> {v1.ref} (hung: answers neither /health nor /v1/loads within 5 s") in flat
     assert "HUNG, so no drain waits for it and it is stopped at once" in flat
     assert re.search(r'== batch 1 of "Roll out": node2 \S+ -> \S+ \(ok, was down before its switch: hung', flat)
+    assert '"Roll out" did not finish on' not in result.output
     took = re.search(r'== "Roll out" took ([0-9.]+) s', result.output)
     assert float(took.group(1)) < 90  # neither the drain timeout nor the stop timeout was waited out
     after = node2.containers()
