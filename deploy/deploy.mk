@@ -3,7 +3,8 @@
 #   make preflight     INVENTORY=path   only the checks (nothing changes)
 #   make plan          INVENTORY=path   capacity plan per service group: state per request, ReplaySSM off/on
 #   make rollback      INVENTORY=path   bring back the container each node ran before the last switch
-#   make fleet-status  INVENTORY=path   table of what runs where; STATUS_JSON=file also writes JSON
+#   make fleet-status  INVENTORY=path   table of what runs where; STATUS_JSON=file also writes JSON; exits
+#                                       non-zero unless every node serves (deploy/fleet-status: 0, 1 or 2)
 #                                       (`make patch-status` is the overlay's patch of .venv's SGLang)
 #   make deploy-smoke  INVENTORY=path   health + smoke gate against every node (nothing changes)
 #   make deploy-monitor INVENTORY=path  install the node jobs Prometheus watches (overlay facts, periodic smoke)
@@ -43,9 +44,11 @@ rollback: ## start each node's previous container again, in batches (INVENTORY=.
 	$(rso_need_inventory)
 	$(call rso_playbook,rollback.yml)
 
-fleet-status: ## what each node runs, as a table (INVENTORY=..., STATUS_JSON=file for JSON)
+fleet-status: ## what each node runs, as a table (INVENTORY=..., STATUS_JSON=file for JSON); non-zero unless all serve
 	$(rso_need_inventory)
-	$(call rso_playbook,status.yml) $(if $(STATUS_JSON),-e sglang_status_json=$(abspath $(STATUS_JSON)))
+	ANSIBLE_CONFIG=$(RSO_DEPLOY_DIR)/ansible.cfg ANSIBLE_PLAYBOOK=$(ANSIBLE_PLAYBOOK) $(RSO_DEPLOY_DIR)/fleet-status \
+	  $(INVENTORY) $(if $(LIMIT),--limit '$(LIMIT)') $(ANSIBLE_ARGS) \
+	  $(if $(STATUS_JSON),-e sglang_status_json=$(abspath $(STATUS_JSON)))
 
 deploy-smoke: ## health + smoke gate against every node, nothing changes (INVENTORY=...)
 	$(rso_need_inventory)

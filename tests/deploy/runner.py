@@ -111,6 +111,15 @@ def ansible_playbook(fleet: Fleet, playbook: str, inventory: Path, *args: str, t
     return _result(fleet, playbook, args, proc.returncode, proc.stdout + proc.stderr)
 
 
+def fleet_status(fleet: Fleet, inventory: Path, *args: str, timeout: float = 300) -> Result:
+    """deploy/fleet-status (make fleet-status's exit codes: 0, 1, 2) from the controller namespace."""
+    _, env = _playbook_command(fleet, "status.yml", inventory, args)
+    env["ANSIBLE_PLAYBOOK"] = str(BIN / "ansible-playbook")
+    cmd = fleet.netns_cmd(str(DEPLOY / "fleet-status"), str(inventory), *args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=DEPLOY)
+    return _result(fleet, "fleet-status", args, proc.returncode, proc.stdout + proc.stderr)
+
+
 class RunningPlaybook:
     """An ansible-playbook run in the background (its own process group), to be waited for or killed
     mid-run (the controller dying); its output goes to a file until then."""

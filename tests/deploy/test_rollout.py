@@ -199,7 +199,7 @@ def test_rollback_brings_back_the_previous_container(fleet, saved_images, tmp_pa
                               sglang_smoke_command="/bin/false {url}")
     result = ansible_playbook(fleet, "rollback.yml", failing, "--limit", "node1")
     assert result.rc != 0
-    assert "node1: rollback failed (Run the smoke command against the server" in result.output
+    assert "node1: rollback failed (The smoke command passed: node1: the smoke gate `/bin/false" in result.output
     assert "swapped back to the container that ran before (healthy)" in " ".join(result.output.split())
     after = fleet.nodes[0].containers()
     assert {name: (c["id"], c["image"], c["running"]) for name, c in after.items()} == {
@@ -281,7 +281,8 @@ def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet
                                 sglang_smoke_command="/bin/false --target {url}")
     result = ansible_playbook(fleet, "rollout.yml", inventory, "--limit", "node1")
     assert result.rc != 0
-    assert "node1: the new container failed (Run the smoke command against the server" in result.output
+    assert ("node1: the new container failed (The smoke command passed: node1: the smoke gate `/bin/false"
+            in result.output)
     after = fleet.nodes[0].containers()
     assert after[SERVICE]["id"] == before[SERVICE]["id"] and after[SERVICE]["running"]
     assert after[SERVICE]["image"] == v1.image_id

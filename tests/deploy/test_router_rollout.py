@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -26,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploy.fleet import terminate
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
 from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, ROUTERS, Router, start_router
-from tests.deploy.runner import RunningPlaybook, ansible_playbook, write_inventory
+from tests.deploy.runner import REPO, RunningPlaybook, ansible_playbook, fleet_status, write_inventory
 
 pytestmark = pytest.mark.slow
 
@@ -87,8 +89,9 @@ class Routed:
         result = ansible_playbook(self.fleet, "status.yml", self.inventory(name, "v1"), "-e",
                                   f"sglang_status_json={report}")
         assert result.rc == 0, result.output[-4000:]
-        rows = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}
-        rows["__output__"] = result.output
+        doc = json.loads(report.read_text())
+        rows = {row["host"]: row for row in doc["nodes"]}
+        rows["__output__"], rows["__exit_code__"] = result.output, doc["exit_code"]
         return rows
 
 
@@ -201,6 +204,8 @@ def _gate_script(path: Path, record: Path) -> str:
         "text = urllib.request.urlopen(sys.argv[1] + '/metrics', timeout=10).read().decode()\n"
         "count = [l for l in text.splitlines() if l.startswith('sglang:prompt_tokens_total')]\n"
         f"open({str(record)!r}, 'w').write(count[0].rsplit(' ', 1)[1] if count else 'missing')\n"
+        "print('replayssm-smoke: FAIL')\nprint('prompts   5 ok')\n"
+        "print('acceptance   FAIL   0.0 under the floor 1.5')\n"
         "sys.exit(1)\n")
     return f"{sys.executable} {path} {{url}}"
 
@@ -214,7 +219,10 @@ def test_a_canary_that_fails_its_gate_never_gets_routed_traffic(routed, tmp_path
                                  sglang_smoke_command=_gate_script(tmp_path / "gate.py", record))
     result, report = routed.under_load("canary", "rollout.yml", inventory)
     assert result.rc != 0
-    assert "node1: the new container failed (Run the smoke command against the server" in result.output
+    flat = " ".join(result.output.split())
+    # the failing gate's own lines, not "non-zero return code"
+    assert "node1: the new container failed (The smoke command passed: node1: the smoke gate `" in flat
+    assert "exited with 1: replayssm-smoke: FAIL | acceptance FAIL 0.0 under the floor 1.5" in flat
     assert report["failed"] == 0, report["failures"]
     # the canary's new container had served no /generate when its gate ran: no routed request reached it
     # (a labelled counter has no sample before the first request, as in SGLang)
@@ -226,6 +234,48 @@ def test_a_canary_that_fails_its_gate_never_gets_routed_traffic(routed, tmp_path
     assert failed["image"] == routed.images["v1"].image_id and not failed["running"]
     assert routed.router.healthy_urls() == _urls(fleet)
     assert _no_journals(fleet) == []
+    _rollback_after_a_run_that_changed_nothing(routed, before)
+
+
+def _rollback_after_a_run_that_changed_nothing(routed, before: dict) -> None:
+    """After the failed canary (a run that changed nothing, recorded as such), make rollback used to undo the
+    rollout before it on every node, naming no run. It now refuses and names both runs and the flag; with the
+    flag it undoes that rollout (here on node1); a rollback after that (a run newer than the one that changed
+    nothing, whose record node1 keeps) undoes only it: node1 runs its container from before again."""
+    fleet, v1, v2 = routed.fleet, routed.images["v1"], routed.images["v2"]
+    node1 = fleet.nodes[0]
+    unchanged = node1.state(SERVICE)["unchanged_run"]
+    assert unchanged["outcome"] == "restored, nothing changed" and unchanged["target"] == v1.ref
+    rollout_run = fleet.nodes[1].state(SERVICE)["current"]["run_id"]
+    assert rollout_run < unchanged["run_id"]
+    inventory = routed.inventory("canary-rollback", "v1")
+    result = ansible_playbook(fleet, "rollback.yml", inventory)
+    flat = " ".join(result.output.split())
+    assert result.rc != 0
+    assert (f"The last run, {unchanged['run_id']}, changed nothing: its switch of node1 to {v1.ref} failed and the "
+            f"container before it was put back: restored, nothing changed. A rollback now would undo the run before "
+            f"it, {rollout_run} (a deploy of node1, node2, node3).") in flat, result.output[-3000:]
+    assert "make rollback ANSIBLE_ARGS='-e sglang_service_rollback_past_unchanged=true'" in flat
+    assert "PLAY [Roll back]" not in result.output
+    assert {n: c["id"] for n, c in _containers(fleet).items()} == {n: c["id"] for n, c in before.items()}
+
+    result = ansible_playbook(fleet, "rollback.yml", inventory, "-e", "sglang_service_rollback_past_unchanged=true",
+                              "--limit", "node1")
+    flat = " ".join(result.output.split())
+    assert result.rc == 0, result.output[-4000:]
+    assert (f"The rollback undoes the last run, {rollout_run} (a deploy of node1), past the run(s) "
+            f"{unchanged['run_id']} that changed nothing") in flat
+    assert f"   node1 {v2.ref} -> {v1.ref} (ok)" in result.output
+    rollback_run = node1.state(SERVICE)["current"]["run_id"]
+
+    assert node1.state(SERVICE)["unchanged_run"] == unchanged
+    result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node1")
+    flat = " ".join(result.output.split())
+    assert result.rc == 0, result.output[-4000:]
+    assert f"The rollback undoes the last run, {rollback_run} (a rollback of node1)." in flat
+    assert f"   node1 {v1.ref} -> {v2.ref} (ok)" in result.output
+    assert {n: c["id"] for n, c in _containers(fleet).items()} == {n: c["id"] for n, c in before.items()}
+    assert routed.router.healthy_urls() == _urls(fleet)
 
 
 def test_a_run_killed_mid_drain_is_put_back_by_the_next_run(routed):
@@ -361,6 +411,23 @@ def test_bad_router_settings_stop_the_run_before_anything_changes(routed, case):
     assert _no_journals(fleet) == []
 
 
+@pytest.mark.parametrize("serial", ["[3]", '["100%"]', "3"])
+def test_a_first_batch_of_every_node_is_refused_without_a_router(routed, serial):
+    """The guard used to pass these ("a canary and no batch of every node"); only a router's floor stopped
+    them, and without a router nothing did."""
+    fleet = routed.fleet
+    before = _containers(fleet)
+    result = ansible_playbook(fleet, "rollout.yml", routed.inventory("whole", "v1", router=False),
+                              "-e", f'{{"sglang_rollout_serial": {serial}}}')
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert (f"the first batch of SERIAL={json.dumps(json.loads(serial))} is every node of the play (3: node1, node2, "
+            f"node3): every one of them would be down at once") in flat, result.output[-3000:]
+    assert "SERIAL='[1,\"25%\"]'" in flat
+    assert "PLAY [Roll out]" not in result.output
+    assert _containers(fleet) == before
+
+
 def test_a_drain_that_does_not_end_puts_the_node_back_and_stops(routed):
     _runs(routed, node1="v1")
     fleet = routed.fleet
@@ -373,8 +440,10 @@ def test_a_drain_that_does_not_end_puts_the_node_back_and_stops(routed):
         held = hold.result()
     assert result.rc != 0
     flat = " ".join(result.output.split())
-    assert re.search(r"node1: [12] request\(s\) still in flight [0-9.]+ s after the router stopped sending it any "
-                     r"\(sglang_router_drain_timeout=2\)\. Nothing was stopped", flat), result.output[-3000:]
+    drained = re.search(r"node1: [12] request\(s\) still in flight ([0-9.]+) s after the router stopped sending it "
+                        r"any \(sglang_router_drain_timeout=2\)\. Nothing was stopped", flat)
+    assert drained, result.output[-3000:]
+    assert float(drained.group(1)) >= 2.0  # the last poll comes at the timeout, not one poll interval before it
     assert held["failed"] == 0
     assert _containers(fleet) == before
     assert routed.router.healthy_urls() == _urls(fleet)
@@ -413,6 +482,56 @@ def test_a_router_that_does_not_take_the_node_back_stops_the_run_and_the_next_ru
     assert _no_journals(fleet) == []
 
 
+FOREIGN_PORT = 30200  # a server of the test double in the controller's namespace: a worker the inventory lacks
+
+
+def test_a_journaled_node_goes_back_into_the_router_only_after_its_gates(routed, tmp_path):
+    """node1 is out of the router with its router journal, as a run killed before the gates of a container it
+    started leaves it, and answers /health; its smoke gate fails. The next run used to put it back after one
+    /health 200; now it runs the gates a switch runs and leaves it out, saying why. Then, with it back,
+    fleet-status exits 0 and lists a worker the router has that the inventory does not."""
+    _runs(routed, node1="v2")
+    fleet = routed.fleet
+    node1 = fleet.nodes[0]
+    url1 = f"http://{node1.address}:30000"
+    routed.router.remove(url1)
+    routed.router.wait_for(_urls(fleet) - {url1})
+    journal = node1.state_dir / f"{SERVICE}.unrouted.json"
+    journal.write_text(json.dumps({"router_url": routed.router.url, "worker_url": url1, "serving_id": "",
+                                   "taken_out_at": "2026-01-01T00:00:00Z"}))
+    failing = routed.inventory("journaled", "v2", sglang_smoke_mode="command",
+                               sglang_smoke_command=_gate_script(tmp_path / "gate.py", tmp_path / "count"))
+    result = ansible_playbook(fleet, "rollout.yml", failing, "--limit", "node1")
+    assert result.rc == 0, result.output[-4000:]
+    flat = " ".join(result.output.split())
+    assert (f"node1: taken out of the router at {routed.router.url} by these playbooks, it stays out: it failed its "
+            f"gates (The smoke command passed: node1: the smoke gate `") in flat, result.output[-3000:]
+    assert "acceptance FAIL 0.0 under the floor 1.5" in flat
+    assert url1 not in routed.router.workers() and journal.exists()
+    # a run whose gates pass puts such a node back: the rerun after a run killed mid-drain, above
+    journal.unlink()
+    routed.router.reset(_urls(fleet))
+
+    foreign_url = f"http://{fleet.controller_address}:{FOREIGN_PORT}"
+    foreign = subprocess.Popen(fleet.netns_cmd(sys.executable, str(REPO / "tests" / "doubles" / "sglang_server.py"),
+                                               "--host", fleet.controller_address, "--port", str(FOREIGN_PORT)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    report = tmp_path / "status.json"
+    try:
+        routed.router.add(foreign_url)
+        routed.router.wait_for(_urls(fleet) | {foreign_url})
+        status = fleet_status(fleet, routed.inventory("journaled-status", "v2"), "-e", f"sglang_status_json={report}")
+    finally:
+        routed.router.remove(foreign_url)
+        terminate(foreign)
+    assert status.rc == 0, status.output[-4000:]
+    assert "fleet-status: 0, every node serving and routed" in status.output
+    assert f"* router {routed.router.url} also routes to {foreign_url} (healthy): not ours" in status.output
+    doc = json.loads(report.read_text())
+    assert doc["exit_code"] == 0 and doc["flagged"] == []
+    assert doc["foreign_workers"] == [{"router": routed.router.url, "url": foreign_url, "is_healthy": True}]
+
+
 def test_a_hung_node_is_restarted_not_called_up_to_date(routed):
     """node3's container is paused (running, not answering). The rerun used to say "up to date"; now it is
     restarted in place (same container, the rollback target kept) and must pass its gates."""
@@ -427,12 +546,60 @@ def test_a_hung_node_is_restarted_not_called_up_to_date(routed):
         node3.dockerd.docker("unpause", SERVICE, check=False)
     assert result.rc == 0, result.output[-4000:]
     assert "node3: runs " in result.output and "with these settings but does not serve" in result.output
+    assert "(hung: answers neither /health nor /v1/loads within 5 s" in " ".join(result.output.split())
     assert "up to date, nothing to do" not in result.output
     assert "   node3 " in result.output and "(restarted)" in result.output
     after = node3.containers()
     assert after[SERVICE]["id"] == before[SERVICE]["id"] and after[SERVICE]["running"]
     assert after[SERVICE + "-previous"]["id"] == before[SERVICE + "-previous"]["id"]
     assert routed.router.healthy_urls() == _urls(fleet)
+
+
+def test_a_frozen_node_on_a_new_spec_is_called_hung_and_switched_without_a_drain(routed, tmp_path):
+    """node2's server is SIGSTOPped, then a new image rolls out to it. The switch used to take it out of the
+    router, wait the whole drain timeout for a load it never answered and stop with "-1 request(s) still in
+    flight"; now the probe names it hung at once, no drain waits, it is stopped without SGLang's shutdown
+    grace and switched, and the batch line says it was down. While it is frozen the router lists it unhealthy:
+    the floor refusal names it, and fleet-status exits 1."""
+    _runs(routed, node2="v2")
+    fleet, v1, v2 = routed.fleet, routed.images["v1"], routed.images["v2"]
+    node2 = fleet.nodes[1]
+    url2 = f"http://{node2.address}:30000"
+    report = tmp_path / "status.json"
+    before = node2.containers()
+    node2.dockerd.docker("kill", "--signal", "STOP", SERVICE)
+    try:
+        status = fleet_status(fleet, routed.inventory("frozen-status", "v1"), "-e", f"sglang_status_json={report}")
+        deadline = time.monotonic() + 120  # until the router's own health checks have seen it
+        while url2 in routed.router.healthy_urls() and time.monotonic() < deadline:
+            time.sleep(1)
+        floor = ansible_playbook(fleet, "router_preflight.yml", routed.inventory(
+            "frozen-floor", "v1", sglang_router_min_healthy=3))
+        result = ansible_playbook(fleet, "rollout.yml", routed.inventory(
+            "frozen", "v1", sglang_router_drain_timeout=90, sglang_service_stop_timeout=90), "--limit", "node2")
+    finally:
+        for name in (SERVICE, SERVICE + "-previous"):
+            node2.dockerd.docker("kill", "--signal", "CONT", name, check=False)
+    assert floor.rc != 0
+    assert f"leaving 1, below its floor sglang_router_min_healthy=3 (the router lists {url2} as unhealthy)" in " ".join(
+        floor.output.split()), floor.output[-3000:]
+    assert status.rc == 1, status.output[-3000:]
+    assert re.search(r"fleet-status: 1, \d+ thing\(s\) flagged on node2\b", status.output), status.output[-3000:]
+    doc = json.loads(report.read_text())
+    assert doc["exit_code"] == 1 and doc["flagged"] and all(f.startswith("node2: ") for f in doc["flagged"])
+    assert result.rc == 0, result.output[-4000:]
+    flat = " ".join(result.output.split())
+    assert (f"node2: switching {v2.ref} -> {v1.ref} (hung: answers neither /health nor /v1/loads within 5 s") in flat
+    assert "HUNG, so no drain waits for it and it is stopped at once" in flat
+    assert re.search(r'== batch 1 of "Roll out": node2 \S+ -> \S+ \(ok, was down before its switch: hung', flat)
+    assert '"Roll out" did not finish on' not in result.output
+    took = re.search(r'== "Roll out" took ([0-9.]+) s', result.output)
+    assert float(took.group(1)) < 90  # neither the drain timeout nor the stop timeout was waited out
+    after = node2.containers()
+    assert after[SERVICE]["image"] == v1.image_id and after[SERVICE]["running"]
+    assert after[SERVICE + "-previous"]["id"] == before[SERVICE]["id"]  # the frozen one is the rollback target
+    assert routed.router.healthy_urls() == _urls(fleet)
+    assert _no_journals(fleet) == []
 
 
 def test_a_node_lost_mid_switch_says_so_and_status_lists_every_node(routed):
@@ -463,7 +630,8 @@ def test_a_node_lost_mid_switch_says_so_and_status_lists_every_node(routed):
     assert result.rc != 0
     assert re.search(r"== batch 1 of \"Roll out\": node3 \S+ -> \S+ \(LOST mid-switch at 'switching': .+; its "
                      r"journals name what to put back", result.output), result.output[-3000:]
-    assert set(status) - {"__output__"} == {"node1", "node2", "node3"}
+    assert set(status) - {"__output__", "__exit_code__"} == {"node1", "node2", "node3"}
+    assert status["__exit_code__"] == 1  # something flagged
     assert not status["node3"]["reachable"] and status["node3"]["notes"][0].startswith("UNREACHABLE over SSH")
     assert any(note.startswith("DOCKER does not answer") for note in status["node2"]["notes"]), status["node2"]
     assert status["node1"]["routed"] == "yes" and not status["node1"]["notes"]

@@ -195,6 +195,49 @@ def test_status_table_fits_120_columns():
     assert max(map(len, lines[:4])) <= 120 - len("        ")  # the default callback indents a block by 8
 
 
+def test_the_status_verdict_flags_what_is_not_serving_and_routed():
+    f = _filters()
+    good = {"host": "n1", "reachable": True, "notes": [], "running": True, "healthy": True, "routed": "yes"}
+    rows = [good, {**good, "host": "n2", "healthy": False, "routed": "ill"},
+            {"host": "n3", "reachable": False, "notes": ["UNREACHABLE over SSH: timed out"], "routed": "-"},
+            {**good, "host": "n4", "routed": "no"}, {**good, "host": "n5", "routed": "-"}]
+    foreign = f.sglang_foreign_workers({"http://r:1": [{"url": "http://n1:30000", "is_healthy": True},
+                                                       {"url": "http://x:30000", "is_healthy": False},
+                                                       {"url": "http://n9:30000/", "is_healthy": True}]},
+                                       ["http://n1:30000/"], ["n9"])
+    assert foreign == [{"router": "http://r:1", "url": "http://x:30000", "is_healthy": False}]
+    verdict = f.sglang_status_verdict(rows, foreign)
+    assert verdict["exit_code"] == 1
+    assert verdict["flagged"] == ["n2: it does not answer /health with 200", "n2: the router lists it as unhealthy",
+                                  "n3: UNREACHABLE over SSH: timed out", "n4: the router does not route to it"]
+    assert verdict["text"].splitlines() == [
+        "* router http://r:1 also routes to http://x:30000 (unhealthy): not ours, no node of the inventory has that URL",
+        "fleet-status: 1, 4 thing(s) flagged on n2, n3, n4"]
+    assert f.sglang_status_verdict([good])["text"] == "fleet-status: 0, every node serving and routed"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["/nonexistent/inventory"], "fleet-status: 2, could not run: give an inventory that exists"),
+    (["inventories/example", "-e", "sglang_hosts=sglang_nodez"], "fleet-status: 2, could not run: ansible-playbook "
+                                                                   "exited 2"),
+])
+def test_fleet_status_that_cannot_run_exits_2(args, message):
+    proc = subprocess.run([str(DEPLOY / "fleet-status"), *args], capture_output=True, text=True, cwd=DEPLOY,
+                          env={**_env(), "ANSIBLE_PLAYBOOK": str(BIN / "ansible-playbook")}, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert message in proc.stderr
+
+
+def test_make_fleet_status_runs_the_script_with_the_options():
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "-f", "deploy/deploy.mk", "fleet-status",
+                           "INVENTORY=deploy/inventories/example", "LIMIT=gpu0*", "STATUS_JSON=s.json",
+                           "ANSIBLE_PLAYBOOK=ansible-playbook"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert [word for word in proc.stdout.split() if word != "\\"] == [
+        "ANSIBLE_CONFIG=deploy/ansible.cfg", "ANSIBLE_PLAYBOOK=ansible-playbook",
+        "deploy/fleet-status", "deploy/inventories/example", "--limit", "'gpu0*'", "-e", f"sglang_status_json={REPO}/s.json"]
+
+
 def test_watch_table_fits_120_columns_and_says_what_it_does_not_know():
     f = _filters()
     report = {"started_at": "2026-12-06T09:00:00Z", "passed": False, "exit_code": 1, "duration_s": 12.5,
@@ -260,6 +303,19 @@ def test_a_batch_plan_without_a_canary_is_refused(serial):
     assert "PLAY [Roll out]" not in proc.stdout
 
 
+@pytest.mark.parametrize("serial, message", [
+    ('["100%"]', 'the first batch of SERIAL=["100%"] is every node of the play (6: gpu01, gpu02, gpu03, gpu04, gpu05, '
+                 'gpu06)'),
+    ("[4]", "the first batch of SERIAL=[4] (gpu01, gpu02, gpu03, gpu04) is every node of the service group "
+            "dflash_gdn (gpu01, gpu02, gpu03, gpu04)"),
+])
+def test_a_first_batch_of_a_whole_service_is_refused(serial, message):
+    proc = _playbook(DEPLOY / "inventories" / "example", "rollout.yml", "-e", f'{{"sglang_rollout_serial": {serial}}}')
+    assert proc.returncode != 0
+    assert message + ": every one of them would be down at once" in " ".join(proc.stdout.split()), proc.stdout[-2000:]
+    assert "PLAY [Roll out]" not in proc.stdout
+
+
 def _router_filters():
     return _filter_plugin("sglang_router", "sglang_router_filters")
 
@@ -273,6 +329,18 @@ def test_batches_are_ansibles():
     assert f.sglang_batches([1, "1%"], hosts[:3]) == [["n1"], ["n2"], ["n3"]]  # a percentage is at least one
 
 
+def test_a_first_batch_leaves_a_canary():
+    f = _router_filters()
+    groups = {"all": ["a", "b", "c", "d", "e"], "fleet": ["a", "b", "c", "d", "e"], "one": ["a", "b"],
+              "two": ["c", "d"], "solo": ["e"], "other": ["a", "z"]}
+    assert f.sglang_first_batch_problems([1, "25%"], groups["fleet"], groups, "fleet") == []
+    assert f.sglang_first_batch_problems([3], ["a", "b", "c"], groups, "fleet") == [
+        "the first batch of SERIAL=[3] is every node of the play (3: a, b, c)"]
+    assert f.sglang_first_batch_problems(2, groups["fleet"], groups, "fleet") == [
+        "the first batch of SERIAL=2 (a, b) is every node of the service group one (a, b)"]
+    assert f.sglang_first_batch_problems([1], ["e"], groups, "fleet") == []  # one node: no canary to spare
+
+
 def test_the_floor_counts_each_routers_healthy_workers():
     f = _router_filters()
     nodes = {h: {"router": "http://r", "worker_url": f"http://{h}:1", "floor": 2} for h in ("a", "b", "c", "d")}
@@ -284,7 +352,7 @@ def test_the_floor_counts_each_routers_healthy_workers():
     problems = f.sglang_router_floor_problems([["a", "b"], ["d"]], nodes, listings)
     assert problems == [
         "batch 1 (2 node(s): a, b) would take 2 of the 3 healthy workers of the router at http://r out at once, "
-        "leaving 1, below its floor sglang_router_min_healthy=2",
+        "leaving 1, below its floor sglang_router_min_healthy=2 (the router lists http://c:1 as unhealthy)",
         "batch 2 (1 node(s): d) would take 1 of the 1 healthy workers of the router at http://other out at once, "
         "leaving 0, below its floor sglang_router_min_healthy=1"]
     assert f.sglang_router_floor_problems([["a", "b"]], nodes, listings, False)[0].startswith("the batch (2 node(s)")

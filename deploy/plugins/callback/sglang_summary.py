@@ -34,8 +34,9 @@ requirements:
 
 GOOD = ("ok", "up to date", "finished earlier", "restarted")
 # outcomes that start so are good too: a rollback that undid an interrupted switch with a healthy container
-# back, and a node a rollback leaves alone because the last run did not switch it
-GOOD_PREFIXES = ("undid an interrupted switch", "left alone")
+# back, a node a rollback leaves alone because the last run did not switch it, and a switch that went well
+# on a node that was down before it ("ok, was down before its switch: ...")
+GOOD_PREFIXES = ("undid an interrupted switch", "left alone", "ok, ")
 
 
 class CallbackModule(CallbackBase):

@@ -1,5 +1,5 @@
 """Filters of the sglang_* roles: SGLang flags from the inventory's mapping, status table lines (what runs,
-and what it serves with: fold, self-check, last periodic smoke).
+and what it serves with: fold, self-check, last periodic smoke) and the status verdict (exit code 0 or 1).
 
 Why a filter and not Jinja: the mapping form (`name: true` -> `--name`, `name: value` -> `--name value`,
 `false`/null -> dropped) is what the preflight checks and what operators read; rendering it in a
@@ -8,6 +8,7 @@ template would need mutation inside Jinja, which ansible-core 2.19 templating do
 
 import difflib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 from ansible.errors import AnsibleFilterError
@@ -108,6 +109,44 @@ def sglang_status_line(row):
     )
 
 
+def sglang_status_flags(row):
+    """Why a node's status row is not "serving and routed" ([] when it is): what make fleet-status's exit
+    code 1 stands for."""
+    flags = list(row.get("notes") or [])
+    if row.get("reachable") is not False and not flags:
+        flags += [what for key, what in (("running", "its container does not run"),
+                                         ("healthy", "it does not answer /health with 200")) if not row.get(key)]
+    if row.get("routed") in ("no", "ill"):
+        flags.append("the router does not route to it" if row["routed"] == "no" else
+                     "the router lists it as unhealthy")
+    return flags
+
+
+def sglang_status_verdict(rows, foreign=None):
+    """make fleet-status's verdict: exit_code 0 (every node serving and routed) or 1 (something flagged,
+    listed as "host: why"), and the workers the routers list that are not the inventory's (`foreign`, shown,
+    not flagged: a router may serve other fleets too). Exit code 2, could not run, is the caller's."""
+    flagged = [f"{row.get('host', '?')}: {flag}" for row in rows for flag in sglang_status_flags(row)]
+    lines = [f"* router {w['router']} also routes to {w['url']} ({'healthy' if w.get('is_healthy') else 'unhealthy'}): "
+             f"not ours, no node of the inventory has that URL" for w in foreign or []]
+    code = 1 if flagged else 0
+    lines.append(f"fleet-status: {code}, " + (f"{len(flagged)} thing(s) flagged on "
+                                               f"{', '.join(sorted({f.split(':', 1)[0] for f in flagged}))}"
+                                               if flagged else "every node serving and routed"))
+    return {"exit_code": code, "flagged": flagged, "foreign_workers": list(foreign or []), "text": "\n".join(lines)}
+
+
+def sglang_foreign_workers(listings, ours, our_addresses):
+    """The workers each router lists (`listings`: router -> [{url, is_healthy}]) that are no node of the
+    inventory: neither one of `ours` (the nodes' worker URLs) nor at one of `our_addresses` (the hosts of
+    inventory nodes this run did not select, whose exact worker URL it does not know)."""
+    ours = {str(u).rstrip("/") for u in ours}
+    addresses = {str(a) for a in our_addresses}
+    return [{"router": router, "url": w["url"], "is_healthy": bool(w.get("is_healthy"))}
+            for router, workers in sorted((listings or {}).items()) for w in workers or []
+            if w["url"].rstrip("/") not in ours and urlsplit(w["url"]).hostname not in addresses]
+
+
 WATCH_FORMAT = "%-16s %-16s %-17s %-24s %-9s %s"
 WATCH_HEADER = ("HOST", "SERVICE", "FOLD", "SELF-CHECK", "FALLBACKS", "LAST SMOKE")
 
@@ -161,6 +200,8 @@ class FilterModule:
             "sglang_image_name": sglang_image_name,
             "sglang_unknown_variables": sglang_unknown_variables,
             "sglang_status_table": sglang_status_table,
+            "sglang_status_verdict": sglang_status_verdict,
+            "sglang_foreign_workers": sglang_foreign_workers,
             "sglang_smoke_summary": sglang_smoke_summary,
             "sglang_watch_table": sglang_watch_table,
         }

@@ -1,4 +1,5 @@
-"""Filters of the sglang_router role: the batches a serial play makes, and the batches a router's floor refuses.
+"""Filters of the sglang_router role: the batches a serial play makes, a first batch that leaves no canary, and
+the batches a router's floor refuses.
 
 Why Python: the floor check needs Ansible's own batch arithmetic (`serial` as a list of counts and
 percentages, the last one repeated; `PlaybookExecutor._get_serialized_batches` and `pct_to_int` in
@@ -7,6 +8,8 @@ would only obscure.
 """
 
 from __future__ import annotations
+
+import json
 
 from ansible.errors import AnsibleFilterError
 
@@ -40,6 +43,24 @@ def sglang_batches(serial, hosts):
     return batches
 
 
+def sglang_first_batch_problems(serial, hosts, groups, play_group):
+    """Why the first batch of this `serial` leaves no canary: it covers every node of the play (`hosts`, in
+    play order), or every node of one of its service groups, the groups of `groups` (Ansible's group ->
+    hosts) inside `play_group`. A play or group of one node has no canary to spare and passes."""
+    hosts = list(hosts)
+    batches = sglang_batches(serial, hosts)
+    first = batches[0] if batches else []
+    shown = json.dumps(serial)
+    if len(hosts) > 1 and set(first) >= set(hosts):
+        return [f"the first batch of SERIAL={shown} is every node of the play ({len(hosts)}: {', '.join(hosts)})"]
+    members = set(groups.get(play_group) or [])
+    return [f"the first batch of SERIAL={shown} ({', '.join(first)}) is every node of the service group "
+            f"{group} ({', '.join(group_hosts)})"
+            for group, group_hosts in sorted(groups.items())
+            if group not in ("all", "ungrouped", play_group) and len(group_hosts) > 1
+            and set(group_hosts) <= members and set(group_hosts) <= set(first)]
+
+
 def sglang_router_floor_problems(batches, nodes, listings, numbered=True):
     """One message per batch that would leave a router with fewer healthy workers than its floor.
 
@@ -63,10 +84,12 @@ def sglang_router_floor_problems(batches, nodes, listings, numbered=True):
             left = len(healthy) - len(leaving)
             if left < floor:
                 name = f"batch {number}" if numbered else "the batch"
+                ill = sorted(w["url"].rstrip("/") for w in workers if not w.get("is_healthy"))
                 problems.append(
                     f"{name} ({len(batch)} node(s): {', '.join(batch)}) would take {len(leaving)} of the "
                     f"{len(healthy)} healthy workers of the router at {router} out at once, leaving {left}, below "
-                    f"its floor sglang_router_min_healthy={floor}")
+                    f"its floor sglang_router_min_healthy={floor}"
+                    + (f" (the router lists {', '.join(ill)} as unhealthy)" if ill else ""))
     return problems
 
 
@@ -76,5 +99,6 @@ class FilterModule:
     def filters(self):
         return {
             "sglang_batches": sglang_batches,
+            "sglang_first_batch_problems": sglang_first_batch_problems,
             "sglang_router_floor_problems": sglang_router_floor_problems,
         }

@@ -107,9 +107,11 @@ def main():
     deadline = start + params["timeout"]
     while True:
         count, endpoint, error = in_flight(base, max(0.5, min(REQUEST_TIMEOUT_S, deadline - time.monotonic())))
-        if count == 0 or time.monotonic() + params["poll_interval"] > deadline:
+        left = deadline - time.monotonic()
+        if count == 0 or left <= 0:
             break
-        time.sleep(params["poll_interval"])
+        # the last poll comes at the deadline, not one interval before it
+        time.sleep(min(params["poll_interval"], left))
     module.exit_json(changed=False, drained=count == 0, in_flight=count, endpoint=endpoint, error=error,
                      waited_s=round(time.monotonic() - start, 1))
 
