@@ -91,8 +91,9 @@ def _mixed_qkv(q, k, v):
     return qs.view(1, T, *q.shape[1:]), ks.view(1, T, *k.shape[1:]), vs.view(1, T, *v.shape[1:])
 
 
-def make_case(*, L, HV, H, K, V, N, slots, accept_lens, num_slots, track=None, device="cpu", seed=0,
-              raw_dtype=torch.bfloat16) -> FoldCase:
+def make_case(
+    *, L, HV, H, K, V, N, slots, accept_lens, num_slots, track=None, device="cpu", seed=0, raw_dtype=torch.bfloat16
+) -> FoldCase:
     """Fresh random inputs; the ring is written by SGLang's verify kernel (`cache_ring=True`).
     `track`: None, or (track_slots, track_steps) lists."""
     fsg = sglang_module("fla.fused_sigmoid_gating_recurrent")
@@ -114,25 +115,60 @@ def make_case(*, L, HV, H, K, V, N, slots, accept_lens, num_slots, track=None, d
     slots_t = torch.tensor(slots, dtype=torch.int32, device=device)
     cu = torch.arange(0, B * N + 1, N, dtype=torch.int32, device=device)
     for layer in range(L):
-        qs, ks, vs = _mixed_qkv(q[layer].reshape(B * N, H, K), k[layer].reshape(B * N, H, K),
-                                v[layer].reshape(B * N, HV, V))
+        qs, ks, vs = _mixed_qkv(
+            q[layer].reshape(B * N, H, K), k[layer].reshape(B * N, H, K), v[layer].reshape(B * N, HV, V)
+        )
         fsg.fused_sigmoid_gating_delta_rule_update(
-            A_log=A_log[layer], a=a[layer].reshape(B * N, HV), dt_bias=dt_bias[layer], softplus_beta=1.0,
-            softplus_threshold=20.0, q=qs, k=ks, v=vs, b=b[layer].reshape(B * N, HV),
-            initial_state_source=temporal[layer], initial_state_indices=slots_t, cu_seqlens=cu,
-            use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True, cache_ring=True,
-            replayssm_rawv=rawv[layer], replayssm_rawk=rawk[layer], replayssm_g=g[layer],
+            A_log=A_log[layer],
+            a=a[layer].reshape(B * N, HV),
+            dt_bias=dt_bias[layer],
+            softplus_beta=1.0,
+            softplus_threshold=20.0,
+            q=qs,
+            k=ks,
+            v=vs,
+            b=b[layer].reshape(B * N, HV),
+            initial_state_source=temporal[layer],
+            initial_state_indices=slots_t,
+            cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=True,
+            is_kda=False,
+            disable_state_update=True,
+            cache_ring=True,
+            replayssm_rawv=rawv[layer],
+            replayssm_rawk=rawk[layer],
+            replayssm_g=g[layer],
             replayssm_beta=beta[layer],
         )
     track_slots = track_steps = None
     if track is not None:
         track_slots = torch.tensor(track[0], dtype=torch.int32, device=device)
         track_steps = torch.tensor(track[1], dtype=torch.int32, device=device)
-    return FoldCase(L=L, HV=HV, H=H, K=K, V=V, N=N, slots=slots_t,
-                    accept_lens=torch.tensor(accept_lens, dtype=torch.int32, device=device),
-                    track_slots=track_slots, track_steps=track_steps, temporal=temporal, rawv=rawv, rawk=rawk,
-                    g=g, beta=beta, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
-                    initial=temporal.clone())
+    return FoldCase(
+        L=L,
+        HV=HV,
+        H=H,
+        K=K,
+        V=V,
+        N=N,
+        slots=slots_t,
+        accept_lens=torch.tensor(accept_lens, dtype=torch.int32, device=device),
+        track_slots=track_slots,
+        track_steps=track_steps,
+        temporal=temporal,
+        rawv=rawv,
+        rawk=rawk,
+        g=g,
+        beta=beta,
+        q=q,
+        k=k,
+        v=v,
+        a=a,
+        b=b,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        initial=temporal.clone(),
+    )
 
 
 def decode_reference(case: FoldCase):
@@ -154,10 +190,19 @@ def decode_reference(case: FoldCase):
         for layer in range(case.L):
             qs, ks, vs = _mixed_qkv(case.q[layer, idx, t], case.k[layer, idx, t], case.v[layer, idx, t])
             fsg.fused_sigmoid_gating_delta_rule_update(
-                A_log=case.A_log[layer], a=case.a[layer, idx, t].contiguous(), dt_bias=case.dt_bias[layer],
-                softplus_beta=1.0, softplus_threshold=20.0, q=qs, k=ks, v=vs,
-                b=case.b[layer, idx, t].contiguous(), initial_state_source=temporal[layer],
-                initial_state_indices=row_slots, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
+                A_log=case.A_log[layer],
+                a=case.a[layer, idx, t].contiguous(),
+                dt_bias=case.dt_bias[layer],
+                softplus_beta=1.0,
+                softplus_threshold=20.0,
+                q=qs,
+                k=ks,
+                v=vs,
+                b=case.b[layer, idx, t].contiguous(),
+                initial_state_source=temporal[layer],
+                initial_state_indices=row_slots,
+                cu_seqlens=cu,
+                use_qk_l2norm_in_kernel=True,
             )
         for i in rows:
             if steps[i] == t:
@@ -177,15 +222,30 @@ def snapshot_reference(case: FoldCase):
     rows = torch.arange(B, dtype=torch.int32, device=device)
     cu = torch.arange(0, B * N + 1, N, dtype=torch.int32, device=device)
     for layer in range(case.L):
-        qs, ks, vs = _mixed_qkv(case.q[layer].reshape(B * N, case.H, case.K),
-                                case.k[layer].reshape(B * N, case.H, case.K),
-                                case.v[layer].reshape(B * N, case.HV, case.V))
+        qs, ks, vs = _mixed_qkv(
+            case.q[layer].reshape(B * N, case.H, case.K),
+            case.k[layer].reshape(B * N, case.H, case.K),
+            case.v[layer].reshape(B * N, case.HV, case.V),
+        )
         fsg.fused_sigmoid_gating_delta_rule_update(
-            A_log=case.A_log[layer], a=case.a[layer].reshape(B * N, case.HV), dt_bias=case.dt_bias[layer],
-            softplus_beta=1.0, softplus_threshold=20.0, q=qs, k=ks, v=vs, b=case.b[layer].reshape(B * N, case.HV),
-            initial_state_source=temporal[layer], initial_state_indices=case.slots, cu_seqlens=cu,
-            use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True,
-            intermediate_states_buffer=inter[layer], intermediate_state_indices=rows, cache_steps=N,
+            A_log=case.A_log[layer],
+            a=case.a[layer].reshape(B * N, case.HV),
+            dt_bias=case.dt_bias[layer],
+            softplus_beta=1.0,
+            softplus_threshold=20.0,
+            q=qs,
+            k=ks,
+            v=vs,
+            b=case.b[layer].reshape(B * N, case.HV),
+            initial_state_source=temporal[layer],
+            initial_state_indices=case.slots,
+            cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=True,
+            is_kda=False,
+            disable_state_update=True,
+            intermediate_states_buffer=inter[layer],
+            intermediate_state_indices=rows,
+            cache_steps=N,
         )
     scatter(temporal, inter, case.slots, (case.accept_lens - 1).to(torch.int32))
     if case.track_slots is not None:

@@ -9,7 +9,8 @@ CUDA-graph timings of the whole commit (fold + conv rollback, track slot) throug
 served choice (overlay-cuda) is skipped. The other choices: SGLang's commit through the entry point
 (`RSO_FOLD=sglang`) and the overlay's Triton kernel (`RSO_FOLD=triton`). `--cuda LABEL=CUBIN:COLUMNS[:GRID]`
 adds another build of the CUDA kernel (a layout variant, `nvrtc.compile_cubin`) as choice overlay-cuda-LABEL,
-launched on the grid GRID (`cuda_fold.GRIDS`: auto, as served, by default; persistent, per-item or pairs pin one). Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
+launched on the grid GRID (`cuda_fold.GRIDS`: auto, as served, by default; persistent, per-item or pairs pin one).
+Exactness (torch.equal on fresh random inputs whose ring SGLang's verify
 kernel wrote):
   kernel    the overlay's fold vs SGLang's decode kernel run token by token
             (`fused_sigmoid_gating_delta_rule_update`), track slots poisoned with NaN first;
@@ -69,8 +70,15 @@ def conv_pair(L, S, rows, N, H, HV, device="cuda", seed=0):
 
 
 def spec_state(temporal, rawv, rawk, g, beta, conv, window):
-    return types.SimpleNamespace(temporal=temporal, replayssm_rawv=rawv, replayssm_rawk=rawk, replayssm_g=g,
-                                 replayssm_beta=beta, conv=[conv], intermediate_conv_window=[window])
+    return types.SimpleNamespace(
+        temporal=temporal,
+        replayssm_rawv=rawv,
+        replayssm_rawk=rawk,
+        replayssm_g=g,
+        replayssm_beta=beta,
+        conv=[conv],
+        intermediate_conv_window=[window],
+    )
 
 
 def use_choice(kind, kernels=None):
@@ -81,13 +89,19 @@ def use_choice(kind, kernels=None):
 
 def stock_commit(ss, slots, lens, last, ts=None, tsteps=None):
     sglang_module("fla.gdn_replayssm_spec_fold").commit_gdn_replayssm_fold_after_verify(
-        spec_state=ss, state_batch_indices=slots, accept_lens=lens, last_correct_step_indices=last,
-        mamba_track_indices=ts, mamba_steps_to_track=tsteps)
+        spec_state=ss,
+        state_batch_indices=slots,
+        accept_lens=lens,
+        last_correct_step_indices=last,
+        mamba_track_indices=ts,
+        mamba_steps_to_track=tsteps,
+    )
 
 
 def entry_commit(ss, slots, lens, ts=None, tsteps=None):
-    fold.fold_accepted_prefix(spec_state=ss, state_batch_indices=slots, accept_lens=lens,
-                              mamba_track_indices=ts, mamba_steps_to_track=tsteps)
+    fold.fold_accepted_prefix(
+        spec_state=ss, state_batch_indices=slots, accept_lens=lens, mamba_track_indices=ts, mamba_steps_to_track=tsteps
+    )
 
 
 def record(kind, name, ok, **extra):
@@ -99,11 +113,27 @@ def record(kind, name, ok, **extra):
 
 # ----------------------------------------------------------------------------------------- exactness
 def case_configs():
-    cfgs = [dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3], num_slots=7,
-                 track=([6, -1, -1, 1], [1, -1, -1, 2]))]
+    cfgs = [
+        dict(
+            L=2,
+            HV=4,
+            H=2,
+            V=64,
+            N=4,
+            slots=[3, -1, 0, 5],
+            accept_lens=[4, 2, 1, 3],
+            num_slots=7,
+            track=([6, -1, -1, 1], [1, -1, -1, 2]),
+        )
+    ]
     gen = torch.Generator().manual_seed(20261201)
-    for L, HV, H, N, B in ((30, 32, 16, 16, 8), (45, 16, 4, 4, 8), (30, 32, 16, 2, 3), (4, 8, 2, 7, 5),
-                           (30, 32, 16, 16, 1)):
+    for L, HV, H, N, B in (
+        (30, 32, 16, 16, 8),
+        (45, 16, 4, 4, 8),
+        (30, 32, 16, 2, 3),
+        (4, 8, 2, 7, 5),
+        (30, 32, 16, 16, 1),
+    ):
         perm = torch.randperm(3 * B + 2, generator=gen).tolist()
         slots, free = perm[:B], perm[B:]
         if B > 2:
@@ -111,8 +141,10 @@ def case_configs():
         lens = torch.randint(1, N + 1, (B,), generator=gen).tolist()
         lens[0] = N
         tracked = [i % 2 == 0 and slots[i] >= 0 for i in range(B)]  # a padded row has no track slot, as in serving
-        track = ([free[i] if tracked[i] else -1 for i in range(B)],
-                 [int(torch.randint(0, lens[i], (1,), generator=gen)) if tracked[i] else -1 for i in range(B)])
+        track = (
+            [free[i] if tracked[i] else -1 for i in range(B)],
+            [int(torch.randint(0, lens[i], (1,), generator=gen)) if tracked[i] else -1 for i in range(B)],
+        )
         cfgs.append(dict(L=L, HV=HV, H=H, V=V, N=N, slots=slots, accept_lens=lens, num_slots=3 * B + 2, track=track))
     return cfgs
 
@@ -122,8 +154,9 @@ def exact_kernel(case, expected, tracked, name):
     poisoned = [int(s) for s in case.track_slots.tolist() if s >= 0] if case.track_slots is not None else []
     for s in poisoned:
         state[:, s] = float("nan")
-    gdn_fold.fold_all_layers(state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens,
-                             case.track_slots, case.track_steps)
+    gdn_fold.fold_all_layers(
+        state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens, case.track_slots, case.track_steps
+    )
     torch.cuda.synchronize()
     active = sorted({s for s in case.slots.tolist() if s >= 0})
     ok = torch.equal(state[:, active], expected[:, active])
@@ -163,8 +196,14 @@ def exact_entry(case, name, choices, expected=None):
 def exact_snapshot(case, name):
     use_choice("overlay-triton")
     expected = snapshot_reference(case)
-    ss = spec_state(case.initial.clone(), case.rawv, case.rawk, case.g, case.beta,
-                    *conv_pair(case.L, case.temporal.shape[1], len(case.slots), case.N, case.H, case.HV)[:2])
+    ss = spec_state(
+        case.initial.clone(),
+        case.rawv,
+        case.rawk,
+        case.g,
+        case.beta,
+        *conv_pair(case.L, case.temporal.shape[1], len(case.slots), case.N, case.H, case.HV)[:2],
+    )
     entry_commit(ss, case.slots, case.accept_lens, case.track_slots, case.track_steps)
     torch.cuda.synchronize()
     return record("snapshot", name, torch.equal(ss.temporal, expected))
@@ -202,8 +241,8 @@ class Pool:
         conv, window, self._shared = conv_pair(L, S, B, N, H, HV)
         self.ss = spec_state(temporal, rawv, rawk, g, beta, conv, window)
         perm = torch.randperm(2 * sets * B, **cuda).to(torch.int32)
-        self.slots = [perm[i * B:(i + 1) * B].clone() for i in range(sets)]
-        self.track_slots = [perm[(sets + i) * B:(sets + i + 1) * B].long() for i in range(sets)]
+        self.slots = [perm[i * B : (i + 1) * B].clone() for i in range(sets)]
+        self.track_slots = [perm[(sets + i) * B : (sets + i + 1) * B].long() for i in range(sets)]
 
     def lens(self, mode, seed):
         if mode == "all":
@@ -231,7 +270,7 @@ def peak_bytes(fn):
 def timing_rows(quick):
     rows = []
     for shape, (L, HV, H, N) in SHAPES.items():
-        for B in ((1, 8) if shape != "35b" else (1, 8, 32)):
+        for B in (1, 8) if shape != "35b" else (1, 8, 32):
             for mode in ("all", "random"):
                 rows.append((shape, L, HV, H, N, B, mode, False))
         rows.append((shape, L, HV, H, N, 8, "random", True))
@@ -247,10 +286,11 @@ def time_commits(choices, calls, quick):
     for shape, L, HV, H, N, B, mode, track in timing_rows(quick):
         pool = Pool(L, HV, H, N, B)
         lens = pool.lens(mode, seed=N * 100 + B)
-        last = (lens.long() - 1)
+        last = lens.long() - 1
         tsteps = ((lens - 1) // 2).long() if track else None  # the hook's steps: the sequence lengths' int64
-        row = dict(shape=shape, L=L, HV=HV, H=H, N=N, B=B, accept=mode, track=track,
-                   mean_accept=lens.float().mean().item())
+        row = dict(
+            shape=shape, L=L, HV=HV, H=H, N=N, B=B, accept=mode, track=track, mean_accept=lens.float().mean().item()
+        )
 
         def tslots(i):
             return pool.track_slots[i] if track else None
@@ -269,8 +309,13 @@ def time_commits(choices, calls, quick):
                 wall, host = timing.eager_us(fn, pool.sets, calls)
                 gpu = timing.graph_us(fn, pool.sets, 40)
                 mem = peak_bytes(fn)
-                row[name] = dict(wall_us=round(wall, 1), host_us=round(host, 1), graph_us=round(gpu, 1),
-                                 peak_bytes=mem, fallbacks=len(fold.fallbacks()))
+                row[name] = dict(
+                    wall_us=round(wall, 1),
+                    host_us=round(host, 1),
+                    graph_us=round(gpu, 1),
+                    peak_bytes=mem,
+                    fallbacks=len(fold.fallbacks()),
+                )
             except Exception:
                 row[name] = dict(error=traceback.format_exc()[-1500:])
                 log(row[name]["error"])
@@ -288,8 +333,14 @@ def cuda_fold_only(source, ss, slot_sets, lens):
     src, dst, conv_ints = gdn_fold.conv_args(state, None, None)
     head = (state, ss.replayssm_rawv, ss.replayssm_rawk, src, dst, ss.replayssm_g, ss.replayssm_beta)
     args = (*head, slot_sets[0], lens, slot_sets[0], lens, *ints, *conv_ints)
-    run = source.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, len(lens)), args,
-                         gdn_fold.fold_constexprs(False, False), {}, 0)
+    run = source.prepare(
+        gdn_fold.gdn_replayssm_fold_kernel,
+        gdn_fold.fold_grid(state, len(lens)),
+        args,
+        gdn_fold.fold_constexprs(False, False),
+        {},
+        0,
+    )
     return lambda i: run(*head, slot_sets[i], lens, slot_sets[i], lens, *ints, *conv_ints)
 
 
@@ -303,19 +354,41 @@ def breakdown(choices):
         lens = pool.lens("all", 0)
         last = lens.long() - 1
         ss = pool.ss
-        pieces = {"fold without conv": lambda i: gdn_fold.fold_all_layers(
-            ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g, ss.replayssm_beta, pool.slots[i], lens)}
+        pieces = {
+            "fold without conv": lambda i: gdn_fold.fold_all_layers(
+                ss.temporal,
+                ss.replayssm_rawv,
+                ss.replayssm_rawk,
+                ss.replayssm_g,
+                ss.replayssm_beta,
+                pool.slots[i],
+                lens,
+            )
+        }
         stock_fold = sglang_module("fla.gdn_replayssm_spec_fold").commit_gdn_replayssm_fold_all_layers
         scatter = sglang_module("mamba.mamba_state_scatter_triton").fused_conv_window_scatter_with_mask
-        pieces["sglang fold"] = lambda i: stock_fold(ss.temporal, ss.replayssm_rawv, ss.replayssm_rawk, ss.replayssm_g,
-                                                     ss.replayssm_beta, pool.slots[i], lens, N, H)
-        pieces["sglang conv scatter"] = lambda i: scatter(ss.conv[0], ss.intermediate_conv_window[0], pool.slots[i], last)
+        pieces["sglang fold"] = lambda i: stock_fold(
+            ss.temporal,
+            ss.replayssm_rawv,
+            ss.replayssm_rawk,
+            ss.replayssm_g,
+            ss.replayssm_beta,
+            pool.slots[i],
+            lens,
+            N,
+            H,
+        )
+        pieces["sglang conv scatter"] = lambda i: scatter(
+            ss.conv[0], ss.intermediate_conv_window[0], pool.slots[i], last
+        )
         for kind, source in choices:
             if kind.startswith("overlay-cuda"):
                 pieces[f"{kind} fold without conv"] = cuda_fold_only(source, ss, pool.slots, lens)
         for name, fn in pieces.items():
             try:
-                RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, graph_us=round(timing.graph_us(fn, pool.sets, 40), 1)))
+                RESULTS.setdefault("breakdown", []).append(
+                    dict(B=B, piece=name, graph_us=round(timing.graph_us(fn, pool.sets, 40), 1))
+                )
             except Exception:
                 RESULTS.setdefault("breakdown", []).append(dict(B=B, piece=name, error=traceback.format_exc()[-800:]))
             log("breakdown", json.dumps(RESULTS["breakdown"][-1]))
@@ -324,8 +397,10 @@ def breakdown(choices):
         torch.cuda.empty_cache()
     pool = Pool(L, HV, H, N, 1)
     lens = pool.lens("all", 0)
-    subjects = {"torch.empty(1) on the GPU": lambda i: torch.empty(1, device="cuda"),
-                "commit_plan.indices x2": lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0))}
+    subjects = {
+        "torch.empty(1) on the GPU": lambda i: torch.empty(1, device="cuda"),
+        "commit_plan.indices x2": lambda i: (commit_plan.indices(pool.slots[i], 0), commit_plan.indices(lens, 0)),
+    }
     for kind, kernels in choices:
         if kind in ("overlay-triton", "overlay-cuda"):
             plan = commit_plan.CommitPlan(pool.ss, 1, False, fold.kernel_source(kernels))
@@ -337,8 +412,11 @@ def breakdown(choices):
     for kind, kernels in choices:
         if kind == "overlay-cuda":
             use_choice(kind, kernels)
-            hosts[f"fold_accepted_prefix ({kind})"] = {"idle": round(timing.eager_us(
-                lambda i: entry_commit(pool.ss, pool.slots[i], lens), pool.sets, 200)[1], 1)}
+            hosts[f"fold_accepted_prefix ({kind})"] = {
+                "idle": round(
+                    timing.eager_us(lambda i: entry_commit(pool.ss, pool.slots[i], lens), pool.sets, 200)[1], 1
+                )
+            }
     for name, medians in hosts.items():
         log("host", name, medians)
     RESULTS["host_breakdown"] = hosts
@@ -357,7 +435,9 @@ def table():
             if not c or "error" in c:
                 cells.append(f"{'-' if not c else 'error':>24s}")
             else:
-                cells.append(f"{c['wall_us']:7.1f} ({c['host_us']:5.1f}) /{c['graph_us']:7.1f} {c['peak_bytes'] / 2**20:4.0f}")
+                cells.append(
+                    f"{c['wall_us']:7.1f} ({c['host_us']:5.1f}) /{c['graph_us']:7.1f} {c['peak_bytes'] / 2**20:4.0f}"
+                )
         print(f"{r['shape']:9s} {r['B']:2d} {r['accept']:6s} {'y' if r['track'] else 'n':3s} | " + " | ".join(cells))
     for b in RESULTS.get("breakdown", []):
         print(f"graph B={b['B']} {b['piece']:28s} {b.get('graph_us', 'error')}")
@@ -386,11 +466,20 @@ def main():
     parser.add_argument("--out", required=True, type=Path, help="folder for commit_<triton>.json and the log")
     parser.add_argument("--artifacts", type=Path, help="the CUDA kernel's folder for this node (default: none)")
     parser.add_argument("--calls", type=int, default=48, help="eager calls per median (default 48)")
-    parser.add_argument("--quick", action="store_true", help="only the target shapes (notes/perf.md, \"Targets\"; no windows 4/8 at T=16's pool)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help='only the target shapes (notes/perf.md, "Targets"; no windows 4/8 at T=16\'s pool)',
+    )
     parser.add_argument("--skip-exact", action="store_true")
-    parser.add_argument("--cuda", action="append", default=[], metavar="LABEL=CUBIN:COLUMNS[:GRID]",
-                        help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL, on grid "
-                             "GRID (auto, persistent, per-item or pairs; default auto)")
+    parser.add_argument(
+        "--cuda",
+        action="append",
+        default=[],
+        metavar="LABEL=CUBIN:COLUMNS[:GRID]",
+        help="a CUDA commit kernel binary to check and time as choice overlay-cuda-LABEL, on grid "
+        "GRID (auto, persistent, per-item or pairs; default auto)",
+    )
     args = parser.parse_args()
     import triton
 

@@ -94,7 +94,7 @@ class RingPool:
         self.cache_base = torch.zeros(S, dtype=torch.int32, device=DEVICE)
         self.is_flush = torch.zeros(S, dtype=torch.int8, device=DEVICE)
         perm = torch.randperm(sets * B, device=DEVICE, generator=gen).to(torch.int32)
-        self.slot_sets = [perm[i * B:(i + 1) * B].contiguous() for i in range(sets)]
+        self.slot_sets = [perm[i * B : (i + 1) * B].contiguous() for i in range(sets)]
         self.row_sets = [(s + 1).to(torch.int64).contiguous() for s in self.slot_sets]
         self.A_log = torch.rand(L, HV, device=DEVICE, generator=gen)
         self.dt_bias = torch.rand(L, HV, device=DEVICE, generator=gen)
@@ -113,8 +113,17 @@ class RingPool:
         self.out = torch.empty(T, HV, V, device=DEVICE, dtype=torch.bfloat16)
 
     def state_tensors(self):
-        tensors = dict(temporal=self.temporal, d=self.d, k=self.k, d_lo=self.d_lo, k_lo=self.k_lo, g=self.g,
-                       write_pos=self.write_pos, cache_base=self.cache_base, is_flush=self.is_flush)
+        tensors = dict(
+            temporal=self.temporal,
+            d=self.d,
+            k=self.k,
+            d_lo=self.d_lo,
+            k_lo=self.k_lo,
+            g=self.g,
+            write_pos=self.write_pos,
+            cache_base=self.cache_base,
+            is_flush=self.is_flush,
+        )
         return {name: t for name, t in tensors.items() if t is not None}
 
     def verify(self, ring, i, sync=False):
@@ -128,16 +137,34 @@ class RingPool:
     def verify_layer(self, ring, i, layer):
         K = TARGET["K"]
         ring.gdn_replayssm_spec_decode(
-            q=self.q[layer], k=self.kk[layer], v=self.v[layer], a=self.a[layer], b=self.b[layer],
-            A_log=self.A_log[layer], dt_bias=self.dt_bias[layer], checkpoint_state=self.temporal[layer],
-            d_cache=self.d[layer], k_cache=self.k[layer], g_cache=self.g[layer],
+            q=self.q[layer],
+            k=self.kk[layer],
+            v=self.v[layer],
+            a=self.a[layer],
+            b=self.b[layer],
+            A_log=self.A_log[layer],
+            dt_bias=self.dt_bias[layer],
+            checkpoint_state=self.temporal[layer],
+            d_cache=self.d[layer],
+            k_cache=self.k[layer],
+            g_cache=self.g[layer],
             rawv_cache=None if self.d_lo is None else self.d_lo[layer],
-            rawk_cache=None if self.k_lo is None else self.k_lo[layer], beta_cache=None, out=self.out,
+            rawk_cache=None if self.k_lo is None else self.k_lo[layer],
+            beta_cache=None,
+            out=self.out,
             query_start_loc=self.cu,
-            ssm_state_indices=self.slot_sets[i], replay_indices=self.row_sets[i], write_pos=self.write_pos,
-            cache_base=self.cache_base, is_flush=self.is_flush, max_cache_len=self.ring_len,
-            max_spec_len=self.N, scale=K ** -0.5, use_qk_l2norm_in_kernel=True, null_block_id=-1,
-            launch_mode="verify")
+            ssm_state_indices=self.slot_sets[i],
+            replay_indices=self.row_sets[i],
+            write_pos=self.write_pos,
+            cache_base=self.cache_base,
+            is_flush=self.is_flush,
+            max_cache_len=self.ring_len,
+            max_spec_len=self.N,
+            scale=K**-0.5,
+            use_qk_l2norm_in_kernel=True,
+            null_block_id=-1,
+            launch_mode="verify",
+        )
 
     def commit(self, ring, i, accept_lens, temporal=None, is_flush=None, cursors=None, tracks=None):
         """The kernels of 0.5.20+'s `commit_mamba_states_after_verify` GDN ring branch, with its arguments
@@ -146,24 +173,48 @@ class RingPool:
         write_pos, cache_base, flags = cursors or (self.write_pos, self.cache_base, self.is_flush)
         if is_flush is None:
             ring.commit_gdn_replayssm_spec(
-                write_pos=write_pos, cache_base=cache_base, is_flush=flags, num_accepted=accept_lens,
-                replay_indices=self.row_sets[i], max_cache_len=self.ring_len, max_spec_len=self.N,
-                fold_every_commit=temporal.dtype != torch.float32, null_block_id=-1)
+                write_pos=write_pos,
+                cache_base=cache_base,
+                is_flush=flags,
+                num_accepted=accept_lens,
+                replay_indices=self.row_sets[i],
+                max_cache_len=self.ring_len,
+                max_spec_len=self.N,
+                fold_every_commit=temporal.dtype != torch.float32,
+                null_block_id=-1,
+            )
         else:
             flags = is_flush
         ring.commit_gdn_replayssm_circular(
-            checkpoint_state=temporal, d_cache=self.d, k_cache=self.k, g_cache=self.g, d_residual_cache=self.d_lo,
-            k_residual_cache=self.k_lo, state_batch_indices=self.slot_sets[i], replay_indices=self.row_sets[i],
-            write_pos=write_pos, cache_base=cache_base, is_flush=flags, accept_lens=accept_lens, null_block_id=-1,
-            **(dict(mamba_track_indices=tracks[0], mamba_steps_to_track=tracks[1]) if tracks else {}))
+            checkpoint_state=temporal,
+            d_cache=self.d,
+            k_cache=self.k,
+            g_cache=self.g,
+            d_residual_cache=self.d_lo,
+            k_residual_cache=self.k_lo,
+            state_batch_indices=self.slot_sets[i],
+            replay_indices=self.row_sets[i],
+            write_pos=write_pos,
+            cache_base=cache_base,
+            is_flush=flags,
+            accept_lens=accept_lens,
+            null_block_id=-1,
+            **(dict(mamba_track_indices=tracks[0], mamba_steps_to_track=tracks[1]) if tracks else {}),
+        )
 
     def materialized(self, ring, i):
         """The state the ring stands for: the commit's materialization on copies, every row flushed."""
         temporal = self.temporal.clone()
         flags = self.is_flush.clone()
         flags[self.row_sets[i]] = 1
-        self.commit(ring, i, torch.zeros(self.B, dtype=torch.int32, device=DEVICE), temporal=temporal,
-                    is_flush=flags, cursors=(self.write_pos.clone(), self.cache_base.clone(), flags))
+        self.commit(
+            ring,
+            i,
+            torch.zeros(self.B, dtype=torch.int32, device=DEVICE),
+            temporal=temporal,
+            is_flush=flags,
+            cursors=(self.write_pos.clone(), self.cache_base.clone(), flags),
+        )
         return temporal
 
 
@@ -176,15 +227,26 @@ def recurrence(fsg, pool: RingPool, state, i, accept_lens):
     cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int32, device=DEVICE)
     for layer in range(pool.L):
         fsg.fused_sigmoid_gating_delta_rule_update(
-            A_log=pool.A_log[layer], a=pool.a[layer][tokens].contiguous(), dt_bias=pool.dt_bias[layer],
-            softplus_beta=1.0, softplus_threshold=20.0, q=pool.q[layer][tokens][None].contiguous(),
-            k=pool.kk[layer][tokens][None].contiguous(), v=pool.v[layer][tokens][None].contiguous(),
-            b=pool.b[layer][tokens].contiguous(), initial_state_source=state[layer],
-            initial_state_indices=pool.slot_sets[i], cu_seqlens=cu, use_qk_l2norm_in_kernel=True, is_kda=False)
+            A_log=pool.A_log[layer],
+            a=pool.a[layer][tokens].contiguous(),
+            dt_bias=pool.dt_bias[layer],
+            softplus_beta=1.0,
+            softplus_threshold=20.0,
+            q=pool.q[layer][tokens][None].contiguous(),
+            k=pool.kk[layer][tokens][None].contiguous(),
+            v=pool.v[layer][tokens][None].contiguous(),
+            b=pool.b[layer][tokens].contiguous(),
+            initial_state_source=state[layer],
+            initial_state_indices=pool.slot_sets[i],
+            cu_seqlens=cu,
+            use_qk_l2norm_in_kernel=True,
+            is_kda=False,
+        )
 
 
 def cycle(ring, fsg, *, ring_len, steps, layers, B=4, N=16, seed=7):
     """`steps` consecutive verify -> commit steps with random accept lengths; returns per-step numbers."""
+
     def run():
         pool = RingPool(N, B, sets=1, ring_len=ring_len, layers=layers, seed=seed)
         reference = pool.temporal.clone()
@@ -198,10 +260,17 @@ def cycle(ring, fsg, *, ring_len, steps, layers, B=4, N=16, seed=7):
             pool.commit(ring, 0, accept)
             recurrence(fsg, pool, reference, 0, accept)
             mat = pool.materialized(ring, 0)
-            err = ((mat[:, slots].double() - reference[:, slots].double()).norm()
-                   / reference[:, slots].double().norm()).item()
-            rows.append(dict(step=step, accept=accept.tolist(), relative_rms=err,
-                             flushed=bool((pool.cache_base != base_before).any())))
+            err = (
+                (mat[:, slots].double() - reference[:, slots].double()).norm() / reference[:, slots].double().norm()
+            ).item()
+            rows.append(
+                dict(
+                    step=step,
+                    accept=accept.tolist(),
+                    relative_rms=err,
+                    flushed=bool((pool.cache_base != base_before).any()),
+                )
+            )
         if DEVICE == "cuda":
             torch.cuda.synchronize()
         return rows, {k: t.clone() for k, t in pool.state_tensors().items()}
@@ -209,9 +278,17 @@ def cycle(ring, fsg, *, ring_len, steps, layers, B=4, N=16, seed=7):
     rows, first = run()
     _, second = run()
     deterministic = all(torch.equal(first[k], second[k]) for k in first)
-    return dict(ring_len=ring_len, steps=steps, layers=layers, B=B, N=N, deterministic=deterministic,
-                max_relative_rms=max(r["relative_rms"] for r in rows), flushes=sum(r["flushed"] for r in rows),
-                per_step=rows)
+    return dict(
+        ring_len=ring_len,
+        steps=steps,
+        layers=layers,
+        B=B,
+        N=N,
+        deterministic=deterministic,
+        max_relative_rms=max(r["relative_rms"] for r in rows),
+        flushes=sum(r["flushed"] for r in rows),
+        per_step=rows,
+    )
 
 
 def _bits(tensor):
@@ -251,17 +328,33 @@ def ring_pair(ring, *, N, B, steps, layers, padded=2, seed=11):
                 outs.append(pool.out.clone())
             pool.commit(ring, 0, accept, tracks=(track_slots, track_steps))
             flushes[which] += int(bool((pool.write_pos[pool.row_sets[0][padded:]] == 0).all()))
-            seen.append(dict(out=torch.stack(outs), state=pool.temporal.clone(), write_pos=pool.write_pos.clone(),
-                             is_flush=pool.is_flush.clone(), cache_base=pool.cache_base % N,
-                             materialized=pool.materialized(ring, 0)))
+            seen.append(
+                dict(
+                    out=torch.stack(outs),
+                    state=pool.temporal.clone(),
+                    write_pos=pool.write_pos.clone(),
+                    is_flush=pool.is_flush.clone(),
+                    cache_base=pool.cache_base % N,
+                    materialized=pool.materialized(ring, 0),
+                )
+            )
         for name in seen[0]:
             a, b = _bits(seen[0][name]), _bits(seen[1][name])
             if not torch.equal(a, b):
                 count = int((a != b).sum())
                 delta = (seen[0][name].double() - seen[1][name].double()).abs().max().item()
                 differing.append(dict(step=step, name=name, values=count, max_abs=delta))
-    return dict(N=N, rings=[N, 2 * N], B=B, padded=padded, layers=layers, steps=steps, flushes=flushes,
-                bitwise_equal=not differing, differing=differing[:20])
+    return dict(
+        N=N,
+        rings=[N, 2 * N],
+        B=B,
+        padded=padded,
+        layers=layers,
+        steps=steps,
+        flushes=flushes,
+        bitwise_equal=not differing,
+        differing=differing[:20],
+    )
 
 
 # -------------------------------------------------------------------------------------------- timing
@@ -279,7 +372,7 @@ class FoldPool:
         self.g = torch.zeros(L, S, HV, N, device=DEVICE)
         self.beta = torch.zeros(L, S, HV, N, device=DEVICE)
         perm = torch.randperm(sets * B, device=DEVICE).to(torch.int32)
-        self.slot_sets = [perm[i * B:(i + 1) * B].contiguous() for i in range(sets)]
+        self.slot_sets = [perm[i * B : (i + 1) * B].contiguous() for i in range(sets)]
         T = B * N
         self.qkv = torch.randn(T, 2 * H * K + HV * V, device=DEVICE).to(torch.bfloat16)
         self.a = torch.randn(T, HV, device=DEVICE).to(torch.bfloat16)
@@ -295,21 +388,47 @@ class FoldPool:
         T = self.qkv.shape[0]
         q, k, v = q.view(1, T, H, K), k.view(1, T, H, K), v.view(1, T, HV, V)
         for layer in range(TARGET["L"]):
-            kw = (dict(cache_ring=True, replayssm_rawv=self.rawv[layer], replayssm_rawk=self.rawk[layer],
-                       replayssm_g=self.g[layer], replayssm_beta=self.beta[layer]) if ring else
-                  dict(intermediate_states_buffer=self.inter[layer], intermediate_state_indices=self.rows,
-                       cache_steps=self.N))
+            kw = (
+                dict(
+                    cache_ring=True,
+                    replayssm_rawv=self.rawv[layer],
+                    replayssm_rawk=self.rawk[layer],
+                    replayssm_g=self.g[layer],
+                    replayssm_beta=self.beta[layer],
+                )
+                if ring
+                else dict(
+                    intermediate_states_buffer=self.inter[layer],
+                    intermediate_state_indices=self.rows,
+                    cache_steps=self.N,
+                )
+            )
             fsg.fused_sigmoid_gating_delta_rule_update(
-                A_log=self.A_log, a=self.a, dt_bias=self.dt_bias, softplus_beta=1.0, softplus_threshold=20.0,
-                q=q, k=k, v=v, b=self.b, initial_state_source=self.state[layer],
-                initial_state_indices=self.slot_sets[i], cu_seqlens=self.cu, use_qk_l2norm_in_kernel=True,
-                is_kda=False, disable_state_update=True, **kw)
+                A_log=self.A_log,
+                a=self.a,
+                dt_bias=self.dt_bias,
+                softplus_beta=1.0,
+                softplus_threshold=20.0,
+                q=q,
+                k=k,
+                v=v,
+                b=self.b,
+                initial_state_source=self.state[layer],
+                initial_state_indices=self.slot_sets[i],
+                cu_seqlens=self.cu,
+                use_qk_l2norm_in_kernel=True,
+                is_kda=False,
+                disable_state_update=True,
+                **kw,
+            )
 
 
 def time_ring(ring, fsg, fold, scatter, *, batch, path):
     """One path's per-verify-step cost at T=16 and batch `batch` (ring at L=16 and L=64, fold, snapshot)."""
     N, sets = 16, 2
-    lens = torch.randint(1, N + 1, (batch,), generator=torch.Generator().manual_seed(batch), dtype=torch.int32).to(DEVICE)
+    lens = torch.randint(1, N + 1, (batch,), generator=torch.Generator().manual_seed(batch), dtype=torch.int32).to(
+        DEVICE
+    )
     steps = (lens - 1).to(torch.int64)
     row = dict(N=N, B=batch, path=path, mean_accept=lens.float().mean().item())
     if path == "ring":
@@ -331,8 +450,9 @@ def time_ring(ring, fsg, fold, scatter, *, batch, path):
 
         def fold_step(i):
             pool.verify(fsg, i, ring=True)
-            fold.commit_gdn_replayssm_fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
-                                                      pool.slot_sets[i], lens, N, TARGET["H"])
+            fold.commit_gdn_replayssm_fold_all_layers(
+                pool.state, pool.rawv, pool.rawk, pool.g, pool.beta, pool.slot_sets[i], lens, N, TARGET["H"]
+            )
 
         def snapshot_step(i):
             pool.verify(fsg, i, ring=False)
@@ -360,18 +480,25 @@ def diagnose(ring, batch):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True, help="folder for ring.json and log.txt")
     parser.add_argument("--steps", type=int, default=40, help="steps of the multi-step cycle (default 40)")
     parser.add_argument("--batch", type=int, help="time one batch size (with --path) instead of the cycle")
     parser.add_argument("--path", choices=("ring", "fold", "snapshot"), default="ring")
     parser.add_argument("--diagnose", type=int, metavar="B", help="the ring step at batch B, synced per launch")
-    parser.add_argument("--pairs", action="store_true",
-                        help="rings of N and 2N from the same inputs, bit for bit per step (N: --windows)")
+    parser.add_argument(
+        "--pairs",
+        action="store_true",
+        help="rings of N and 2N from the same inputs, bit for bit per step (N: --windows)",
+    )
     parser.add_argument("--windows", default="16,8,4", help="windows N of --pairs (default 16,8,4)")
-    parser.add_argument("--cpu-smoke", action="store_true",
-                        help="check the script on a CPU (TRITON_INTERPRET=1): a 3-step cycle, no timing")
+    parser.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="check the script on a CPU (TRITON_INTERPRET=1): a 3-step cycle, no timing",
+    )
     args = parser.parse_args()
     RUN.start(Path(args.out), "log.txt", "ring.json")
     global DEVICE, RING_DTYPE
@@ -380,8 +507,12 @@ def main():
         TARGET.update(HV=2, H=1, K=32, V=32)
     import triton
 
-    RESULTS["env"] = dict(torch=torch.__version__, triton=triton.__version__,
-                          device=torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", target=TARGET)
+    RESULTS["env"] = dict(
+        torch=torch.__version__,
+        triton=triton.__version__,
+        device=torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+        target=TARGET,
+    )
     log("env", json.dumps(RESULTS["env"]))
     ring = load("RSO_KERNELS_0523", "gdn_replayssm_spec_decode.py", "rso_0523_gdn_replayssm_spec_decode")
     fsg = load("RSO_KERNELS_0519", "fused_sigmoid_gating_recurrent.py", "rso_0519_fused_sigmoid_gating_recurrent")
@@ -392,10 +523,16 @@ def main():
         return 0
     if args.pairs:
         ok = True
-        for N in ((4,) if args.cpu_smoke else [int(n) for n in args.windows.split(",")]):
+        for N in (4,) if args.cpu_smoke else [int(n) for n in args.windows.split(",")]:
             try:
-                result = ring_pair(ring, N=N, B=2 if args.cpu_smoke else 8, steps=2 if args.cpu_smoke else args.steps,
-                                   layers=2 if args.cpu_smoke else 4, padded=1 if args.cpu_smoke else 2)
+                result = ring_pair(
+                    ring,
+                    N=N,
+                    B=2 if args.cpu_smoke else 8,
+                    steps=2 if args.cpu_smoke else args.steps,
+                    layers=2 if args.cpu_smoke else 4,
+                    padded=1 if args.cpu_smoke else 2,
+                )
             except Exception as err:  # a ring length the kernels refuse is a result
                 result = dict(N=N, rings=[N, 2 * N], bitwise_equal=False, error=f"{type(err).__name__}: {err}")
             RESULTS["ring_pairs"].append(result)
@@ -414,8 +551,12 @@ def main():
         RESULTS["cycle"].append(result)
         save()
         ok &= result["deterministic"]
-        log("cycle", json.dumps({k: v for k, v in result.items() if k != "per_step"}),
-            "rms per step:", " ".join(f"{r['relative_rms']:.1e}" for r in result["per_step"]))
+        log(
+            "cycle",
+            json.dumps({k: v for k, v in result.items() if k != "per_step"}),
+            "rms per step:",
+            " ".join(f"{r['relative_rms']:.1e}" for r in result["per_step"]),
+        )
     return 0 if ok else 1
 
 

@@ -34,15 +34,26 @@ log, save = RUN.log, RUN.save
 
 # ----------------------------------------------------------------------------------------- exactness
 def ours(case, state):
-    gdn_fold.fold_all_layers(state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens,
-                             case.track_slots, case.track_steps)
+    gdn_fold.fold_all_layers(
+        state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens, case.track_slots, case.track_steps
+    )
 
 
 def sglang_fold(case, state):
     mod = sglang_module("fla.gdn_replayssm_spec_fold")
     mod.commit_gdn_replayssm_fold_all_layers(
-        state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens, case.N, case.H,
-        mamba_track_indices=case.track_slots, mamba_steps_to_track=case.track_steps)
+        state,
+        case.rawv,
+        case.rawk,
+        case.g,
+        case.beta,
+        case.slots,
+        case.accept_lens,
+        case.N,
+        case.H,
+        mamba_track_indices=case.track_slots,
+        mamba_steps_to_track=case.track_steps,
+    )
 
 
 def check_exact(name, fold, case, expected, tracked) -> bool:
@@ -63,13 +74,26 @@ def check_exact(name, fold, case, expected, tracked) -> bool:
     written = {s for s in case.slots.tolist() if s >= 0} | {int(case.track_slots[r]) for r in tracked}
     rest = [s for s in range(state.shape[1]) if s not in written and s not in poisoned]
     ok &= torch.equal(state[:, rest], case.initial[:, rest])
-    maxdiff = max(((state[:, s] - expected[:, s]).abs().max().item() for s in case.slots.tolist() if s >= 0),
-                  default=0.0)
-    RESULTS["exactness"].append(dict(kernel=name, N=case.N, B=len(case.slots), L=case.L, HV=case.HV,
-                                     lens=case.accept_lens.tolist(), track=case.track_slots is not None,
-                                     bitwise=bool(ok), max_abs_diff=maxdiff))
-    log(f"exact {name:7s} L={case.L} HV={case.HV} N={case.N} B={len(case.slots)} "
-        f"track={case.track_slots is not None}: {'BITWISE' if ok else 'DIFFERS'} (max |diff| {maxdiff:.3g})")
+    maxdiff = max(
+        ((state[:, s] - expected[:, s]).abs().max().item() for s in case.slots.tolist() if s >= 0), default=0.0
+    )
+    RESULTS["exactness"].append(
+        dict(
+            kernel=name,
+            N=case.N,
+            B=len(case.slots),
+            L=case.L,
+            HV=case.HV,
+            lens=case.accept_lens.tolist(),
+            track=case.track_slots is not None,
+            bitwise=bool(ok),
+            max_abs_diff=maxdiff,
+        )
+    )
+    log(
+        f"exact {name:7s} L={case.L} HV={case.HV} N={case.N} B={len(case.slots)} "
+        f"track={case.track_slots is not None}: {'BITWISE' if ok else 'DIFFERS'} (max |diff| {maxdiff:.3g})"
+    )
     save()
     return bool(ok)
 
@@ -78,8 +102,20 @@ def exactness() -> bool:
     rng = random.Random(20261130)
     configs = []
     # small shapes of the CPU tests, then the target shape
-    configs.append(dict(L=2, HV=4, H=2, K=128, V=32, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
-                        num_slots=7, track=([6, 2, -1, 1], [1, 0, -1, 2])))
+    configs.append(
+        dict(
+            L=2,
+            HV=4,
+            H=2,
+            K=128,
+            V=32,
+            N=4,
+            slots=[3, -1, 0, 5],
+            accept_lens=[4, 2, 1, 3],
+            num_slots=7,
+            track=([6, 2, -1, 1], [1, 0, -1, 2]),
+        )
+    )
     for N, B in ((4, 8), (8, 8), (16, 8), (16, 3), (16, 32)):
         slots = rng.sample(range(2 * B + 2), B)
         slots[rng.randrange(B)] = -1
@@ -88,8 +124,10 @@ def exactness() -> bool:
         track = None
         if B <= 8:
             free = [s for s in range(2 * B + 2) if s not in slots]
-            track = ([free[i] if i % 2 == 0 else -1 for i in range(B)],
-                     [rng.randrange(lens[i]) if i % 2 == 0 else -1 for i in range(B)])
+            track = (
+                [free[i] if i % 2 == 0 else -1 for i in range(B)],
+                [rng.randrange(lens[i]) if i % 2 == 0 else -1 for i in range(B)],
+            )
         configs.append(dict(**TARGET, N=N, slots=slots, accept_lens=lens, num_slots=2 * B + 2, track=track))
     all_ok = True
     for i, cfg in enumerate(configs):
@@ -117,7 +155,7 @@ class Pool:
         self.g = -torch.rand(L, S, HV, N, device="cuda") * 0.1
         self.beta = torch.rand(L, S, HV, N, device="cuda")
         perm = torch.randperm(sets * B, device="cuda").to(torch.int32)
-        self.slot_sets = [perm[i * B:(i + 1) * B].contiguous() for i in range(sets)]
+        self.slot_sets = [perm[i * B : (i + 1) * B].contiguous() for i in range(sets)]
         tokens = B * N
         self.qkv = torch.randn(tokens, 2 * H * K + HV * V, device="cuda").to(torch.bfloat16)
         self.a = torch.randn(tokens, HV, device="cuda").to(torch.bfloat16)
@@ -126,7 +164,7 @@ class Pool:
         self.dt_bias = torch.rand(HV, device="cuda")
         self.cu = torch.arange(0, tokens + 1, N, dtype=torch.int32, device="cuda")
         self.rows = torch.arange(B, dtype=torch.int32, device="cuda")
-        self.inter = (torch.empty(L, B, N, HV, V, K, device="cuda") if snapshot else None)
+        self.inter = torch.empty(L, B, N, HV, V, K, device="cuda") if snapshot else None
 
     def qkv_views(self):
         H, K, HV, V = TARGET["H"], TARGET["K"], TARGET["HV"], TARGET["V"]
@@ -138,14 +176,39 @@ class Pool:
         fsg = sglang_module("fla.fused_sigmoid_gating_recurrent")
         q, k, v = self.qkv_views()
         for layer in range(TARGET["L"]):
-            kw = dict(cache_ring=True, replayssm_rawv=self.rawv[layer], replayssm_rawk=self.rawk[layer],
-                      replayssm_g=self.g[layer], replayssm_beta=self.beta[layer]) if ring else dict(
-                intermediate_states_buffer=self.inter[layer], intermediate_state_indices=self.rows,
-                cache_steps=self.N)
+            kw = (
+                dict(
+                    cache_ring=True,
+                    replayssm_rawv=self.rawv[layer],
+                    replayssm_rawk=self.rawk[layer],
+                    replayssm_g=self.g[layer],
+                    replayssm_beta=self.beta[layer],
+                )
+                if ring
+                else dict(
+                    intermediate_states_buffer=self.inter[layer],
+                    intermediate_state_indices=self.rows,
+                    cache_steps=self.N,
+                )
+            )
             fsg.fused_sigmoid_gating_delta_rule_update(
-                A_log=self.A_log, a=self.a, dt_bias=self.dt_bias, softplus_beta=1.0, softplus_threshold=20.0,
-                q=q, k=k, v=v, b=self.b, initial_state_source=self.state[layer], initial_state_indices=slots,
-                cu_seqlens=self.cu, use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True, **kw)
+                A_log=self.A_log,
+                a=self.a,
+                dt_bias=self.dt_bias,
+                softplus_beta=1.0,
+                softplus_threshold=20.0,
+                q=q,
+                k=k,
+                v=v,
+                b=self.b,
+                initial_state_source=self.state[layer],
+                initial_state_indices=slots,
+                cu_seqlens=self.cu,
+                use_qk_l2norm_in_kernel=True,
+                is_kda=False,
+                disable_state_update=True,
+                **kw,
+            )
 
 
 def time_folds(ceiling: float, quick: bool):
@@ -160,19 +223,24 @@ def time_folds(ceiling: float, quick: bool):
             pool = Pool(N, B, sets=4 if B < 32 else 2, snapshot=snapshot)
             for mode in ("all", "random"):
                 gen = torch.Generator().manual_seed(N * 100 + B)
-                lens = (torch.full((B,), N, dtype=torch.int32) if mode == "all"
-                        else torch.randint(1, N + 1, (B,), generator=gen, dtype=torch.int32)).cuda()
+                lens = (
+                    torch.full((B,), N, dtype=torch.int32)
+                    if mode == "all"
+                    else torch.randint(1, N + 1, (B,), generator=gen, dtype=torch.int32)
+                ).cuda()
                 steps = (lens - 1).contiguous()
                 state_bytes = 2 * 4 * L * B * HV * K * V
                 row = dict(N=N, B=B, accept=mode, mean_accept=lens.float().mean().item())
 
                 def f_ours(i):
-                    gdn_fold.fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
-                                             pool.slot_sets[i], lens)
+                    gdn_fold.fold_all_layers(
+                        pool.state, pool.rawv, pool.rawk, pool.g, pool.beta, pool.slot_sets[i], lens
+                    )
 
                 def f_sgl(i):
-                    mod.commit_gdn_replayssm_fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
-                                                             pool.slot_sets[i], lens, N, TARGET["H"])
+                    mod.commit_gdn_replayssm_fold_all_layers(
+                        pool.state, pool.rawv, pool.rawk, pool.g, pool.beta, pool.slot_sets[i], lens, N, TARGET["H"]
+                    )
 
                 reps = 40 if B < 32 else 20
                 row["ours_us"] = timing.graph_us(f_ours, pool.sets, reps)
@@ -181,6 +249,7 @@ def time_folds(ceiling: float, quick: bool):
                 row["sglang_GBps"] = state_bytes / row["sglang_us"] / 1e3
                 row["floor_bytes_us"] = state_bytes / ceiling * 1e6
                 if snapshot and mode == "all":
+
                     def f_replay(i):
                         pool.verify(pool.slot_sets[i], ring=True)
                         f_ours(i)
@@ -212,8 +281,13 @@ def variants(ceiling: float):
         lens = torch.full((B,), N, dtype=torch.int32, device="cuda")
         for bv, nw in ((16, 1), (32, 2), (64, 4)):
             gdn_fold.BLOCK_V, gdn_fold.NUM_WARPS = bv, nw
-            t = timing.graph_us(lambda i: gdn_fold.fold_all_layers(pool.state, pool.rawv, pool.rawk, pool.g, pool.beta,
-                                                                   pool.slot_sets[i], lens), 4, 40)
+            t = timing.graph_us(
+                lambda i: gdn_fold.fold_all_layers(
+                    pool.state, pool.rawv, pool.rawk, pool.g, pool.beta, pool.slot_sets[i], lens
+                ),
+                4,
+                40,
+            )
             RESULTS["variants"].append(dict(N=N, B=B, BV=bv, num_warps=nw, us=t))
             log(f"variant N={N} B={B} BV={bv} num_warps={nw}: {t:.1f} us")
             if B == 8 and (best is None or t < best[0]):
@@ -236,8 +310,12 @@ def main():
     RUN.start(Path(args.out), "log.txt", "results.json")
     import triton
 
-    RESULTS["env"] = dict(torch=torch.__version__, triton=triton.__version__, gpu=torch.cuda.get_device_name(),
-                          sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    RESULTS["env"] = dict(
+        torch=torch.__version__,
+        triton=triton.__version__,
+        gpu=torch.cuda.get_device_name(),
+        sms=torch.cuda.get_device_properties(0).multi_processor_count,
+    )
     log("env", RESULTS["env"])
     t0 = time.time()
     ceiling = timing.copy_ceiling()
@@ -260,9 +338,11 @@ def main():
     log(f"total {time.time() - t0:.0f} s")
     print("\n N  B  accept | ours us  sglang us  speedup | ours GB/s  floor us | replay path  snapshot path")
     for r in RESULTS["timing"]:
-        print(f"{r['N']:2d} {r['B']:2d} {r['accept']:6s} | {r['ours_us']:8.1f} {r['sglang_us']:9.1f} "
-              f"{r['sglang_us'] / r['ours_us']:6.2f}x | {r['ours_GBps']:8.0f} {r['floor_bytes_us']:8.1f} | "
-              f"{r.get('replayssm_path_us', float('nan')):10.1f} {r.get('snapshot_path_us', float('nan')):12.1f}")
+        print(
+            f"{r['N']:2d} {r['B']:2d} {r['accept']:6s} | {r['ours_us']:8.1f} {r['sglang_us']:9.1f} "
+            f"{r['sglang_us'] / r['ours_us']:6.2f}x | {r['ours_GBps']:8.0f} {r['floor_bytes_us']:8.1f} | "
+            f"{r.get('replayssm_path_us', float('nan')):10.1f} {r.get('snapshot_path_us', float('nan')):12.1f}"
+        )
     print("exactness:", "ALL BITWISE" if ok else "FAILURES", f"({len(RESULTS['exactness'])} checks)")
     return 0 if ok else 1
 

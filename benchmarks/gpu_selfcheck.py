@@ -60,28 +60,47 @@ def run_case(case: str) -> dict:
         setattr(kernel, entry, counted)
     if case == "planted":  # the interpreter's tree, compiled for the GPU: reordered
         launch.JitKernels.tree_numpy = property(lambda self: True)
-    geometry = selfcheck.Geometry(num_v_heads=32, num_k_heads=16, head_v_dim=128, head_k_dim=128, window=16,
-                                  state_dtype="float32", ring_dtype="bfloat16")
+    geometry = selfcheck.Geometry(
+        num_v_heads=32,
+        num_k_heads=16,
+        head_v_dim=128,
+        head_k_dim=128,
+        window=16,
+        state_dtype="float32",
+        ring_dtype="bfloat16",
+    )
     torch.cuda.synchronize()
     start = time.perf_counter()
     record = selfcheck.check_before_serving(geometry, protocol_name=protocol.FOLD)  # 0.5.19's, whatever is here
     torch.cuda.synchronize()
-    return {"case": case, "outcome": record["outcome"], "detail": record["detail"], "fold": fold.describe(),
-            "seconds": round(time.perf_counter() - start, 3), "staging_seconds": record.get("staging_seconds"),
-            "overlay_jit_runs": len(jit_runs),
-            "gpu": torch.cuda.get_device_name()}
+    return {
+        "case": case,
+        "outcome": record["outcome"],
+        "detail": record["detail"],
+        "fold": fold.describe(),
+        "seconds": round(time.perf_counter() - start, 3),
+        "staging_seconds": record.get("staging_seconds"),
+        "overlay_jit_runs": len(jit_runs),
+        "gpu": torch.cuda.get_device_name(),
+    }
 
 
 def verdicts(results: dict, expected_fold: str) -> list[tuple[str, bool]]:
     cold, warm, planted = (results[c] for c in CASES)
     return [
-        (f"prebuilt-cold passes with the prebuilt kernel ({expected_fold})",
-         cold.get("outcome") == "passed" and cold.get("fold", {}).get("fold") == expected_fold),
+        (
+            f"prebuilt-cold passes with the prebuilt kernel ({expected_fold})",
+            cold.get("outcome") == "passed" and cold.get("fold", {}).get("fold") == expected_fold,
+        ),
         ("prebuilt-cold runs none of the overlay's Triton kernels", cold.get("overlay_jit_runs") == 0),
-        ("prebuilt-warm passes, none of the overlay's Triton kernels run",
-         warm.get("outcome") == "passed" and warm.get("overlay_jit_runs") == 0),
-        ("planted reordered tree is caught and SGLang's fold chosen",
-         planted.get("outcome") == "mismatch" and planted.get("fold", {}).get("fold") == "sglang"),
+        (
+            "prebuilt-warm passes, none of the overlay's Triton kernels run",
+            warm.get("outcome") == "passed" and warm.get("overlay_jit_runs") == 0,
+        ),
+        (
+            "planted reordered tree is caught and SGLang's fold chosen",
+            planted.get("outcome") == "mismatch" and planted.get("fold", {}).get("fold") == "sglang",
+        ),
     ]
 
 
@@ -100,30 +119,43 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rso-selfcheck-") as tmp:
         tmp = Path(tmp)
         for case in CASES:
-            env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / ("triton-planted" if case == "planted" else "triton")),
-                       RSO_STATE_DIR=str(tmp / "state"), PYTHONUNBUFFERED="1")
+            env = dict(
+                os.environ,
+                TRITON_CACHE_DIR=str(tmp / ("triton-planted" if case == "planted" else "triton")),
+                RSO_STATE_DIR=str(tmp / "state"),
+                PYTHONUNBUFFERED="1",
+            )
             if case == "planted":
                 env.update(RSO_FOLD="triton", RSO_KERNEL_DIR=str(tmp / "no-kernels"))
             else:
                 env.pop("RSO_FOLD", None)
                 env["RSO_KERNEL_DIR"] = str(args.artifacts.resolve())
-            run = subprocess.run([sys.executable, __file__, "--artifacts", str(args.artifacts), "--case", case],
-                                 capture_output=True, text=True, env=env)
+            run = subprocess.run(
+                [sys.executable, __file__, "--artifacts", str(args.artifacts), "--case", case],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if run.returncode != 0:
                 print(run.stdout, run.stderr, sep="\n", file=sys.stderr)
                 results[case] = {"case": case, "error": run.stderr[-3000:]}
                 continue
             results[case] = json.loads(run.stdout.strip().splitlines()[-1])
     checks = verdicts(results, "overlay-cuda")
-    (args.out / "selfcheck.json").write_text(json.dumps({"results": results, "checks": checks,
-                                                          "budget_s": BUDGET_S}, indent=2))
+    (args.out / "selfcheck.json").write_text(
+        json.dumps({"results": results, "checks": checks, "budget_s": BUDGET_S}, indent=2)
+    )
     print(f"{'case':15s} {'outcome':10s} {'fold':17s} {'seconds':>8s} {'overlay JIT runs':>17s}")
     for case, r in results.items():
-        print(f"{case:15s} {r.get('outcome', 'ERROR'):10s} {r.get('fold', {}).get('fold', '-'):17s} "
-              f"{r.get('seconds', float('nan')):>8.3f} {r.get('overlay_jit_runs', -1):>17d}")
+        print(
+            f"{case:15s} {r.get('outcome', 'ERROR'):10s} {r.get('fold', {}).get('fold', '-'):17s} "
+            f"{r.get('seconds', float('nan')):>8.3f} {r.get('overlay_jit_runs', -1):>17d}"
+        )
     warm = results["prebuilt-warm"]
-    print(f"\nstartup budget {BUDGET_S} s; prebuilt-warm took {warm.get('seconds')} s, of which the staging grid "
-          f"{warm.get('staging_seconds')} s\n")
+    print(
+        f"\nstartup budget {BUDGET_S} s; prebuilt-warm took {warm.get('seconds')} s, of which the staging grid "
+        f"{warm.get('staging_seconds')} s\n"
+    )
     for name, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
     return 0 if all(ok for _, ok in checks) else 1

@@ -67,17 +67,34 @@ def sweep_configs(seed: int = 20261202) -> list[dict]:
         track = None
         if i % 2:
             tracked = [row % 2 == 0 and slots[row] >= 0 for row in range(B)]
-            track = ([free[row] if tracked[row] else -1 for row in range(B)],
-                     [rng.randrange(lens[row]) if tracked[row] else -1 for row in range(B)])
-        configs.append(dict(L=2, HV=HV, H=H, V=V, N=N, slots=slots, accept_lens=lens, num_slots=num_slots,
-                            track=track, wide=bool(i // 2 % 2), conv_fp32=bool(i % 3 == 1)))
+            track = (
+                [free[row] if tracked[row] else -1 for row in range(B)],
+                [rng.randrange(lens[row]) if tracked[row] else -1 for row in range(B)],
+            )
+        configs.append(
+            dict(
+                L=2,
+                HV=HV,
+                H=H,
+                V=V,
+                N=N,
+                slots=slots,
+                accept_lens=lens,
+                num_slots=num_slots,
+                track=track,
+                wide=bool(i // 2 % 2),
+                conv_fp32=bool(i % 3 == 1),
+            )
+        )
     return configs
 
 
 def name_of(cfg: dict, grid: str) -> str:
-    return (f"N{cfg['N']} HV{cfg['HV']} H{cfg['H']} V{cfg['V']} B{len(cfg['slots'])}"
-            f" {'int64' if cfg['wide'] else 'int32'} conv-{'fp32' if cfg['conv_fp32'] else 'bf16'}"
-            f"{' track' if cfg['track'] else ''} grid-{grid}")
+    return (
+        f"N{cfg['N']} HV{cfg['HV']} H{cfg['H']} V{cfg['V']} B{len(cfg['slots'])}"
+        f" {'int64' if cfg['wide'] else 'int32'} conv-{'fp32' if cfg['conv_fp32'] else 'bf16'}"
+        f"{' track' if cfg['track'] else ''} grid-{grid}"
+    )
 
 
 def record(kind: str, name: str, ok: bool) -> bool:
@@ -89,8 +106,9 @@ def record(kind: str, name: str, ok: bool) -> bool:
 
 def check(cfg: dict, kernels, seed: int) -> bool:
     """The entry point's CUDA commit of one config vs SGLang's commit and vs the decode reference."""
-    case = make_case(**{k: v for k, v in cfg.items() if k not in ("wide", "conv_fp32")}, K=128, device="cuda",
-                     seed=seed)
+    case = make_case(
+        **{k: v for k, v in cfg.items() if k not in ("wide", "conv_fp32")}, K=128, device="cuda", seed=seed
+    )
     expected, tracked = decode_reference(case)
     B, name = len(cfg["slots"]), name_of(cfg, kernels.grid)
     conv, window, shared = conv_pair(case.L, case.temporal.shape[1], B, case.N, case.H, case.HV, seed=seed)

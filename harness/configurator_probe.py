@@ -167,16 +167,40 @@ CASES = (
     # the window (4) against the GDN ReplaySSM ring: 0.5.19's fold window is sized to the window, whatever
     # the ring length; the ring releases need a power of two of at least 16 and of at least twice the window
     # (hooks/ring_fit.py; the default ring of 16 is the accepted case above)
-    Case("GDN + DFLASH, ring of 2N below 16", "qwen3-next", "DFLASH", ring_len=2 * DRAFT_TOKENS, stock=KDA_REFUSAL,
-         overlay_ring=RING_FIT_REFUSAL),
-    Case("GDN + DFLASH, ring of N", "qwen3-next", "DFLASH", ring_len=DRAFT_TOKENS, stock=KDA_REFUSAL,
-         overlay_ring=RING_FIT_REFUSAL),
-    Case("GDN + DSPARK static, ring shorter than N", "qwen3-next", "DSPARK", ring_len=DRAFT_TOKENS // 2,
-         stock=KDA_REFUSAL, overlay_ring=RING_FIT_REFUSAL),
+    Case(
+        "GDN + DFLASH, ring of 2N below 16",
+        "qwen3-next",
+        "DFLASH",
+        ring_len=2 * DRAFT_TOKENS,
+        stock=KDA_REFUSAL,
+        overlay_ring=RING_FIT_REFUSAL,
+    ),
+    Case(
+        "GDN + DFLASH, ring of N",
+        "qwen3-next",
+        "DFLASH",
+        ring_len=DRAFT_TOKENS,
+        stock=KDA_REFUSAL,
+        overlay_ring=RING_FIT_REFUSAL,
+    ),
+    Case(
+        "GDN + DSPARK static, ring shorter than N",
+        "qwen3-next",
+        "DSPARK",
+        ring_len=DRAFT_TOKENS // 2,
+        stock=KDA_REFUSAL,
+        overlay_ring=RING_FIT_REFUSAL,
+    ),
     Case("PD decode: GDN + DFLASH", "qwen3-next", "DFLASH", pd_decode=True),
     Case("PD decode: GDN + DSPARK static", "qwen3-next", "DSPARK", pd_decode=True),
-    Case("PD decode: GDN + DFLASH, ring of 12 (not a power of two)", "qwen3-next", "DFLASH", pd_decode=True,
-         ring_len=12, overlay_ring=RING_FIT_REFUSAL),
+    Case(
+        "PD decode: GDN + DFLASH, ring of 12 (not a power of two)",
+        "qwen3-next",
+        "DFLASH",
+        pd_decode=True,
+        ring_len=12,
+        overlay_ring=RING_FIT_REFUSAL,
+    ),
     Case(
         "PD decode: GDN + DSPARK compact",
         "qwen3-next",

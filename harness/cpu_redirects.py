@@ -83,9 +83,7 @@ class _DropIsCuda(ast.NodeTransformer):
                 test.operand = rest[0] if len(rest) == 1 else ast.BoolOp(op=ast.And(), values=rest)
                 self.rewrites += 1
         elif (
-            isinstance(test, ast.BoolOp)
-            and isinstance(test.op, ast.Or)
-            and any(map(_is_device_kind_test, test.values))
+            isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(map(_is_device_kind_test, test.values))
         ):
             rest = [value for value in test.values if not _is_device_kind_test(value)]
             if rest:

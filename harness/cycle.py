@@ -154,8 +154,9 @@ def _error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error} (at {frame.filename.rsplit('/sglang/', 1)[-1]}:{frame.lineno})"
 
 
-def run_cycle(scenario: Scenario, commit, *, model: TinyGDN = TinyGDN(), seed: int = 0, pool_builder=build_pool
-              ) -> CycleResult:
+def run_cycle(
+    scenario: Scenario, commit, *, model: TinyGDN = TinyGDN(), seed: int = 0, pool_builder=build_pool
+) -> CycleResult:
     """Verify, commit with `commit` (see `sglang_commit` / `hook_commit`), compare. Never raises for a
     failing commit: the error is recorded in the result. `pool_builder` makes the request pool (the PD-decode
     pool: `harness.pd_decode`)."""
@@ -205,9 +206,7 @@ def run_cycle(scenario: Scenario, commit, *, model: TinyGDN = TinyGDN(), seed: i
             commit_lens,
             torch.tensor(track_steps) if scenario.tracked else None,
         )
-        result.checks = _compare(
-            spec, before_temporal, before_conv, reference, slots, track_slots, track_steps
-        )
+        result.checks = _compare(spec, before_temporal, before_conv, reference, slots, track_slots, track_steps)
     result.seconds = round(time.monotonic() - started, 2)
     return result
 

@@ -60,10 +60,7 @@ def _fold_line(fold: dict) -> str:
 def render(result: dict) -> str:
     configurator = table(
         ["case", "stock 0.5.19", "with overlay", "as expected"],
-        [
-            [r["case"], outcome(r["stock"]), outcome(r["patched"]), yes(r["ok"])]
-            for r in result["configurator"]
-        ],
+        [[r["case"], outcome(r["stock"]), outcome(r["patched"]), yes(r["ok"])] for r in result["configurator"]],
     )
     cycle = table(
         [
@@ -104,7 +101,8 @@ def render(result: dict) -> str:
     verdict_line = "everything as expected" if result["ok"] else "SOME ROWS NOT AS EXPECTED (see above)"
     return "\n".join(
         [
-            f"SGLang {result['release']} at {result['sglang']}; overlay applied to a copy ({result['patched_files']} files)",
+            f"SGLang {result['release']} at {result['sglang']}; overlay applied to a copy "
+            f"({result['patched_files']} files)",
             "model (embedded): tiny hybrid GDN, " + ", ".join(f"{k}={v}" for k, v in result["model"].items()),
             "",
             "Configurator: KVCacheConfigurator._build_hybrid_req_pool",
@@ -151,9 +149,7 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print the full result as JSON instead of tables")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the random states and verify windows (default 0)"
-    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random states and verify windows (default 0)")
     parser.add_argument(
         "--fold",
         choices=("auto", "triton", "sglang"),

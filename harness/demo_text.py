@@ -42,8 +42,16 @@ def environment_problem(error: Exception, as_json: bool = False) -> int:
     print(f"demo: {said}", file=sys.stderr)
     if as_json:
         ours = isinstance(error, OverlayError)
-        json.dump({"ok": False, "error": error.what if ours else f"{type(error).__name__}: {error}",
-                   "fix": error.fix if ours else "", "code": error.code if ours else None}, sys.stdout, indent=2)
+        json.dump(
+            {
+                "ok": False,
+                "error": error.what if ours else f"{type(error).__name__}: {error}",
+                "fix": error.fix if ours else "",
+                "code": error.code if ours else None,
+            },
+            sys.stdout,
+            indent=2,
+        )
         print()
     return 2
 

@@ -41,8 +41,11 @@ class TinyGDN:
         return 2 * self.key_dim + self.value_dim
 
     def describe(self) -> dict:
-        return {**asdict(self), "conv_dtype": str(self.conv_dtype).replace("torch.", ""),
-                "state_dtype": str(self.state_dtype).replace("torch.", "")}
+        return {
+            **asdict(self),
+            "conv_dtype": str(self.conv_dtype).replace("torch.", ""),
+            "state_dtype": str(self.state_dtype).replace("torch.", ""),
+        }
 
 
 def cache_params(model: TinyGDN):
@@ -66,9 +69,7 @@ def cache_params(model: TinyGDN):
     )
 
 
-def build_pool(
-    model: TinyGDN, *, slots: int, draft_tokens: int, replayssm_spec: bool = True, ring_len: int = 16
-):
+def build_pool(model: TinyGDN, *, slots: int, draft_tokens: int, replayssm_spec: bool = True, ring_len: int = 16):
     """SGLang's own `HybridReqToTokenPool` on the CPU, sized for `slots` requests and mamba slots.
     `ring_len` is `--linear-replayssm-cache-len` (SGLang's default 16): the GDN circular ring's length
     L on 0.5.20 and later; 0.5.19's raw-window fold ignores it for GDN."""

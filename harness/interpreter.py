@@ -20,9 +20,7 @@ _MARK = "_replayssm_harness_loop_fix"
 def _to_tensor_call(name: str) -> ast.Call:
     """`interpreter_semantic.to_tensor(<name>, False)`: the call the interpreter wraps assignments in."""
     return ast.Call(
-        func=ast.Attribute(
-            value=ast.Name(id="interpreter_semantic", ctx=ast.Load()), attr="to_tensor", ctx=ast.Load()
-        ),
+        func=ast.Attribute(value=ast.Name(id="interpreter_semantic", ctx=ast.Load()), attr="to_tensor", ctx=ast.Load()),
         args=[ast.Name(id=name, ctx=ast.Load()), ast.Constant(value=False)],
         keywords=[],
     )
@@ -66,9 +64,7 @@ def enable() -> None:
     from triton.runtime import interpreter
 
     if not knobs.runtime.interpret:
-        raise RuntimeError(
-            "Triton's interpreter is off although TRITON_INTERPRET=1; set it before importing triton"
-        )
+        raise RuntimeError("Triton's interpreter is off although TRITON_INTERPRET=1; set it before importing triton")
     transformer = getattr(interpreter, "ASTTransformer", None)
     if transformer is None:
         raise RuntimeError(

@@ -39,13 +39,16 @@ def decode_pool_builder(algorithm: str):
     made by the configurator under a published `--disaggregation-mode decode` config for `algorithm`."""
 
     def build(model, *, slots: int, draft_tokens: int, ring_len: int = 16):
-        with _conv_dtype(model.conv_dtype), published(
-            algorithm,
-            max_mamba_cache_size=slots,
-            speculative_num_draft_tokens=draft_tokens,
-            speculative_eagle_topk=1,
-            disaggregation_mode="decode",
-            linear_replayssm_cache_len=ring_len,
+        with (
+            _conv_dtype(model.conv_dtype),
+            published(
+                algorithm,
+                max_mamba_cache_size=slots,
+                speculative_num_draft_tokens=draft_tokens,
+                speculative_eagle_topk=1,
+                disaggregation_mode="decode",
+                linear_replayssm_cache_len=ring_len,
+            ),
         ):
             configurator = build_configurator(hf_config("qwen3-next", model))
             with cuda_zeros_to_cpu():
@@ -59,8 +62,7 @@ def decode_pool_builder(algorithm: str):
 #: the cycle scenarios run on the PD-decode pool: track slots for both algorithms, padded rows (0.5.19);
 #: a ring that flushes every step and the track crossings (0.5.20 on; windows that fit the ring: ring_fit)
 FOLD_SCENARIOS = (("padded rows", "DFLASH"), ("track crossing", "DFLASH"), ("track crossing", "DSPARK"))
-RING_SCENARIOS = (("flush every commit (L = N)", "DFLASH"), ("track crossing", "DFLASH"),
-                  ("track crossing", "DSPARK"))
+RING_SCENARIOS = (("flush every commit (L = N)", "DFLASH"), ("track crossing", "DFLASH"), ("track crossing", "DSPARK"))
 
 
 def run_pd_decode_cycles(protocol: str, commit_for, *, model=None, seed: int = 0, first_only: bool = False) -> list:
@@ -78,11 +80,19 @@ def run_pd_decode_cycles(protocol: str, commit_for, *, model=None, seed: int = 0
     results = []
     for scenario in chosen:
         try:
-            result = run(scenario, commit_for(scenario.algorithm), seed=seed,
-                         pool_builder=decode_pool_builder(scenario.algorithm),
-                         **({} if model is None else {"model": model})).to_dict()
+            result = run(
+                scenario,
+                commit_for(scenario.algorithm),
+                seed=seed,
+                pool_builder=decode_pool_builder(scenario.algorithm),
+                **({} if model is None else {"model": model}),
+            ).to_dict()
         except Exception as error:  # the builder refused (a patched SGLang's startup rule)
-            result = {"scenario": scenario.name, "algorithm": scenario.algorithm, "refused": True,
-                      "error": f"{type(error).__name__}: {error}"}
+            result = {
+                "scenario": scenario.name,
+                "algorithm": scenario.algorithm,
+                "refused": True,
+                "error": f"{type(error).__name__}: {error}",
+            }
         results.append(result)
     return results

@@ -84,14 +84,17 @@ def build(case: dict, *, mamba_slots: int, request_slots: int) -> dict:
     with open(case["config"]) as handle:
         config_json = json.load(handle)
     spec = {"speculative_num_draft_tokens": case["window"], "speculative_eagle_topk": 1}
-    with _ssm_dtype(case.get("mamba_ssm_dtype")), published(
-        BUILD_ALGORITHM,
-        replayssm_spec=case["replayssm"],
-        attn_tp_size=case["attn_tp"],
-        max_mamba_cache_size=mamba_slots,
-        linear_replayssm_cache_len=case["ring_len"],
-        disaggregation_mode="null",
-        **spec,
+    with (
+        _ssm_dtype(case.get("mamba_ssm_dtype")),
+        published(
+            BUILD_ALGORITHM,
+            replayssm_spec=case["replayssm"],
+            attn_tp_size=case["attn_tp"],
+            max_mamba_cache_size=mamba_slots,
+            linear_replayssm_cache_len=case["ring_len"],
+            disaggregation_mode="null",
+            **spec,
+        ),
     ):
         config = hf_config(config_json)
         layers = config.get_text_config().num_hidden_layers
@@ -102,8 +105,11 @@ def build(case: dict, *, mamba_slots: int, request_slots: int) -> dict:
 
 
 def _difference(more: dict, base: dict) -> dict:
-    return {name: more.get(name, 0) - base.get(name, 0) for name in sorted(set(more) | set(base))
-            if more.get(name, 0) != base.get(name, 0)}
+    return {
+        name: more.get(name, 0) - base.get(name, 0)
+        for name in sorted(set(more) | set(base))
+        if more.get(name, 0) != base.get(name, 0)
+    }
 
 
 def measure(case: dict) -> dict:

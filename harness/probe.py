@@ -66,9 +66,7 @@ def probe_configurator(progress, model) -> list:
         progress(f"configurator: {case.name}")
         counter["calls"] = 0 if counter["calls"] is not None else None
         result = probe(case, model)
-        results.append(
-            {"case": case.name, "flags": case.flags(), **result, "guard_hook_calls": counter["calls"]}
-        )
+        results.append({"case": case.name, "flags": case.flags(), **result, "guard_hook_calls": counter["calls"]})
     return results
 
 
@@ -77,17 +75,13 @@ def probe_cycle(progress, seed: int, model) -> list:
 
     results = []
     for scenario in SCENARIOS:
-        progress(
-            f"commit cycle: {scenario.name} ({scenario.algorithm}, accept lengths {list(scenario.commit_lens)})"
-        )
-        results.append(
-            run_cycle(scenario, sglang_commit(scenario.algorithm), model=model, seed=seed).to_dict()
-        )
+        progress(f"commit cycle: {scenario.name} ({scenario.algorithm}, accept lengths {list(scenario.commit_lens)})")
+        results.append(run_cycle(scenario, sglang_commit(scenario.algorithm), model=model, seed=seed).to_dict())
     return results
 
 
 def pool_protocol() -> str:
-    """"ring" when the installed SGLang builds a GDN circular-ring ReplaySSM pool (0.5.20 on), "fold"
+    """ "ring" when the installed SGLang builds a GDN circular-ring ReplaySSM pool (0.5.20 on), "fold"
     when it builds the raw-window fold pool (0.5.19): asked of a real pool, never of a version string."""
     from harness.gdn_pool import build_pool
     from harness.ring import is_ring_pool
@@ -169,8 +163,12 @@ def main(argv=None) -> int:
 
         progress("commit cycle on the PD-decode pool (--disaggregation-mode decode)")
         report["pd_decode_cycle"] = run_pd_decode_cycles(
-            report["protocol"], sglang_commit, model=None if report["protocol"] == "ring" else model,
-            seed=args.seed, first_only=args.ring_scenarios == "first")
+            report["protocol"],
+            sglang_commit,
+            model=None if report["protocol"] == "ring" else model,
+            seed=args.seed,
+            first_only=args.ring_scenarios == "first",
+        )
     if args.part in ("all", "cycle") and report["protocol"] == "ring":
         from harness.ring_cycle import RING_ERROR_BOUND, RING_MODEL
 

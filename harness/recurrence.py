@@ -91,9 +91,7 @@ def _split_qkv(model: TinyGDN, mixed: torch.Tensor):
     )
 
 
-def _gated_delta_update(
-    model: TinyGDN, w: LayerWeights, conv_out, a, b, *, state, state_indices, cu_seqlens, **mode
-):
+def _gated_delta_update(model: TinyGDN, w: LayerWeights, conv_out, a, b, *, state, state_indices, cu_seqlens, **mode):
     """SGLang's fused gated delta-rule update on conv output `conv_out` [T, conv_dim], with the GDN
     layer's fixed settings (L2-normed q/k, softplus 1/20); `mode` selects verify (ring write) or decode."""
     from harness.gdn_kernels import gdn_kernel_module

@@ -52,7 +52,12 @@ def restore(pool, saved: dict) -> None:
 
 
 def ring_verify(
-    model: TinyGDN, pool, weights: list, window: VerifyWindow, slots: torch.Tensor, rows: torch.Tensor,
+    model: TinyGDN,
+    pool,
+    weights: list,
+    window: VerifyWindow,
+    slots: torch.Tensor,
+    rows: torch.Tensor,
     outputs: list | None = None,
 ) -> list:
     """TARGET_VERIFY on every layer for requests in req-pool rows `rows` with mamba slots `slots`;
@@ -153,7 +158,9 @@ def recurrence_state(
     for number, segment in enumerate(segments):
         active = [i for i, (lo, hi) in enumerate(segment) if hi > lo and slots[i] >= 0]
         if active:
-            tokens = torch.cat([torch.arange(i * draft_tokens + segment[i][0], i * draft_tokens + segment[i][1]) for i in active])
+            tokens = torch.cat(
+                [torch.arange(i * draft_tokens + segment[i][0], i * draft_tokens + segment[i][1]) for i in active]
+            )
             counts = torch.tensor([segment[i][1] - segment[i][0] for i in active])
             cu_seqlens = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).to(torch.int32)
             for layer, w in enumerate(weights):

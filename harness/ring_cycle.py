@@ -128,8 +128,9 @@ def _relative_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float((actual.double() - expected.double()).norm() / expected.double().norm())
 
 
-def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODEL, seed: int = 0,
-                   pool_builder=build_pool, on_step=None) -> RingResult:
+def run_ring_cycle(
+    scenario: RingScenario, commit, *, model: TinyGDN = RING_MODEL, seed: int = 0, pool_builder=build_pool, on_step=None
+) -> RingResult:
     """Run the scenario's steps, committing with `commit(worker, batch, pre, post, commit_lens)` (see
     `harness.cycle.sglang_commit` / `hook_commit`). A failing commit is recorded, never raised.
     `pool_builder` makes the request pool (the PD-decode pool: `harness.pd_decode`); `on_step(pool, slots,
@@ -170,9 +171,7 @@ def run_ring_cycle(scenario: RingScenario, commit, *, model: TinyGDN = RING_MODE
         before = ring.snapshot(pool)
         worker = stand_ins.spec_worker(pool, stand_ins.hybrid_backend(pool, slots), draft_tokens=draft_tokens)
         with published(scenario.algorithm, speculative_eagle_topk=1):
-            mtp_commit(
-                worker, stand_ins.schedule_batch(rows, pre.clone(), track_slots), commit_lens, draft_tokens
-            )
+            mtp_commit(worker, stand_ins.schedule_batch(rows, pre.clone(), track_slots), commit_lens, draft_tokens)
             expected = ring.snapshot(pool)
             ring.restore(pool, before)
             try:

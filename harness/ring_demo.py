@@ -58,11 +58,32 @@ def render(result: dict) -> str:
         [[r["case"], outcome(r["stock"]), outcome(r["patched"]), yes(r["ok"])] for r in result["configurator"]],
     )
     ring = table(
-        ["scenario", "algo", "N", "L", "steps", "flushes", "wraps", "tracks", "= MTP every step", "max rel. RMS", "as expected"],
+        [
+            "scenario",
+            "algo",
+            "N",
+            "L",
+            "steps",
+            "flushes",
+            "wraps",
+            "tracks",
+            "= MTP every step",
+            "max rel. RMS",
+            "as expected",
+        ],
         [
             [
-                r["scenario"], r["algorithm"], r["draft_tokens"], r["ring_len"], r["steps"], r["flushes"], r["wraps"],
-                r["tracked_steps"], yes(r["bitwise_equal_to_mtp"]), f"{r['max_relative_rms']:.1e}", yes(r["ok"]),
+                r["scenario"],
+                r["algorithm"],
+                r["draft_tokens"],
+                r["ring_len"],
+                r["steps"],
+                r["flushes"],
+                r["wraps"],
+                r["tracked_steps"],
+                yes(r["bitwise_equal_to_mtp"]),
+                f"{r['max_relative_rms']:.1e}",
+                yes(r["ok"]),
             ]
             for r in result["ring_cycle"]
         ],
@@ -80,7 +101,8 @@ def render(result: dict) -> str:
             "",
             "Multi-step cycle: SGLang's ring verify, then the patched DFLASH/DSPARK commit, compared after every",
             "step with SGLang's own MTP commit (spec_utils) on the same pool (state, conv, ring, cursors:",
-            f"torch.equal); distance from the token-by-token recurrence: relative RMS, bound {result['error_bound']:.0e}",
+            f"torch.equal); distance from the token-by-token recurrence: relative RMS, bound "
+            f"{result['error_bound']:.0e}",
             ring,
             "",
             ("everything as expected" if result["ok"] else "SOME ROWS NOT AS EXPECTED (see above)")

@@ -34,17 +34,28 @@ def measure(draft_tokens: int, ring_len: int, *, steps: int = STEPS, seed: int =
     def commit(worker, batch, pre, post, commit_lens):
         mtp_commit(worker, batch, commit_lens, draft_tokens)
 
-    scenario = RingScenario(f"N={draft_tokens} L={ring_len}", "DFLASH", draft_tokens,
-                            ((draft_tokens, max(1, draft_tokens // 2)),) * steps, ring_len=ring_len)
+    scenario = RingScenario(
+        f"N={draft_tokens} L={ring_len}",
+        "DFLASH",
+        draft_tokens,
+        ((draft_tokens, max(1, draft_tokens // 2)),) * steps,
+        ring_len=ring_len,
+    )
     result = run_ring_cycle(scenario, commit, seed=seed).to_dict()
-    return {"draft_tokens": draft_tokens, "ring_len": ring_len, "fit": fit_class(draft_tokens, ring_len),
-            "steps": result["committed_steps"], "error": result["error"],
-            "max_relative_rms": result["max_relative_rms"]}
+    return {
+        "draft_tokens": draft_tokens,
+        "ring_len": ring_len,
+        "fit": fit_class(draft_tokens, ring_len),
+        "steps": result["committed_steps"],
+        "error": result["error"],
+        "max_relative_rms": result["max_relative_rms"],
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.ring_fit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.ring_fit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--case", action="append", metavar="N:L", help="measure these (N, L) only (repeatable)")
     args = parser.parse_args(argv)
@@ -65,8 +76,10 @@ def main(argv=None) -> int:
     else:
         print(f"SGLang at {report['sglang']}: MTP commit, {STEPS} steps, relative RMS from the recurrence")
         for r in rows:
-            print(f"  N={r['draft_tokens']:>3} L={r['ring_len']:>3}  {r['fit']:<12} max rel. RMS "
-                  f"{r['max_relative_rms']:.3g}" + (f"  error {r['error']}" if r["error"] else ""))
+            print(
+                f"  N={r['draft_tokens']:>3} L={r['ring_len']:>3}  {r['fit']:<12} max rel. RMS "
+                f"{r['max_relative_rms']:.3g}" + (f"  error {r['error']}" if r["error"] else "")
+            )
     return 0
 
 

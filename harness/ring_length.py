@@ -84,19 +84,25 @@ def _trace(scenario: RingScenario, ring_len: int, seed: int) -> tuple[list, dict
         spec = pool.get_speculative_mamba2_params_all_layers()
         cursors = pool.mamba_pool
         flushes.append(bool((cursors.replayssm_spec_write_pos[rows[slots >= 0]] == 0).all()))  # every row flushed
-        steps.append({
-            "verify output": torch.stack(outputs).clone(), "state": spec.temporal.clone(),
-            "conv": torch.stack([c.clone() for c in spec.conv]), "write_pos": cursors.replayssm_spec_write_pos.clone(),
-            "is_flush": cursors.replayssm_is_flush.clone(), "materialized": ring.materialized_state(pool, slots, rows),
-            "cache_base mod L": cursors.replayssm_cache_base.clone(),
-        })
+        steps.append(
+            {
+                "verify output": torch.stack(outputs).clone(),
+                "state": spec.temporal.clone(),
+                "conv": torch.stack([c.clone() for c in spec.conv]),
+                "write_pos": cursors.replayssm_spec_write_pos.clone(),
+                "is_flush": cursors.replayssm_is_flush.clone(),
+                "materialized": ring.materialized_state(pool, slots, rows),
+                "cache_base mod L": cursors.replayssm_cache_base.clone(),
+            }
+        )
 
     def commit(worker, batch, pre, post, commit_lens):
         mtp_commit(worker, batch, commit_lens, scenario.draft_tokens)
 
     builder = _stale_pool_builder(seed) if scenario.name == STALE else build_pool
-    result = run_ring_cycle(dataclasses.replace(scenario, ring_len=ring_len), commit, seed=seed,
-                            pool_builder=builder, on_step=on_step)
+    result = run_ring_cycle(
+        dataclasses.replace(scenario, ring_len=ring_len), commit, seed=seed, pool_builder=builder, on_step=on_step
+    )
     return steps, {**result.to_dict(), "flushes": sum(flushes)}
 
 
@@ -111,20 +117,27 @@ def compare(scenario: RingScenario, *, seed: int = 0) -> dict:
         differing += [[step, name] for name in COMPARED if not torch.equal(_bits(a[name]), _bits(b[name]))]
     errors = [r["error"] for r in (short_result, long_result) if r["error"]]
     return {
-        "scenario": scenario.name, "algorithm": scenario.algorithm, "draft_tokens": scenario.draft_tokens,
-        "rings": [short, 2 * short], "steps": len(scenario.schedule),
+        "scenario": scenario.name,
+        "algorithm": scenario.algorithm,
+        "draft_tokens": scenario.draft_tokens,
+        "rings": [short, 2 * short],
+        "steps": len(scenario.schedule),
         "compared_steps": min(len(short_steps), len(long_steps)),
         "flushes": [short_result["flushes"], long_result["flushes"]],
-        "tracked_steps": short_result["tracked_steps"], "padded_rows": len(scenario.padded_rows),
-        "stale_ring": scenario.name == STALE, "errors": errors, "differing": differing,
+        "tracked_steps": short_result["tracked_steps"],
+        "padded_rows": len(scenario.padded_rows),
+        "stale_ring": scenario.name == STALE,
+        "errors": errors,
+        "differing": differing,
         "bitwise_equal": not errors and not differing and len(short_steps) == len(long_steps) == len(scenario.schedule),
         "max_relative_rms": short_result["max_relative_rms"],
     }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.ring_length", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.ring_length", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -145,8 +158,10 @@ def main(argv=None) -> int:
         print(f"SGLang at {report['sglang']}: MTP commit, ring of L vs 2L, bit for bit at every step")
         for r in rows:
             verdict = "bitwise equal" if r["bitwise_equal"] else f"DIFFERS {r['differing'][:4]} {r['errors']}"
-            print(f"  {r['scenario']:<26} {r['algorithm']:<6} N={r['draft_tokens']} L={r['rings'][0]} vs "
-                  f"{r['rings'][1]}: {r['compared_steps']} steps, flushes {r['flushes']}: {verdict}")
+            print(
+                f"  {r['scenario']:<26} {r['algorithm']:<6} N={r['draft_tokens']} L={r['rings'][0]} vs "
+                f"{r['rings'][1]}: {r['compared_steps']} steps, flushes {r['flushes']}: {verdict}"
+            )
     return 0 if all(r["bitwise_equal"] for r in rows) else 1
 
 

@@ -21,12 +21,20 @@ def main(argv=None) -> int:
 
     model = dataclasses.replace(RING_MODEL, state_dtype=getattr(torch, (argv or sys.argv[1:])[0]))
     for scenario in RING_SCENARIOS:
+
         def commit(worker, batch, pre, post, commit_lens, draft_tokens=scenario.draft_tokens):
             mtp_commit(worker, batch, commit_lens, draft_tokens)
 
         result = run_ring_cycle(scenario, commit, model=model).to_dict()
-        print(json.dumps({key: result[key] for key in ("scenario", "algorithm", "steps", "committed_steps", "error",
-                                                      "max_relative_rms")}), flush=True)
+        print(
+            json.dumps(
+                {
+                    key: result[key]
+                    for key in ("scenario", "algorithm", "steps", "committed_steps", "error", "max_relative_rms")
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

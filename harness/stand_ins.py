@@ -68,6 +68,4 @@ def recording_backend():
     """An attention-backend stand-in that only records what a commit method asks it to do (no pool, so
     the overlay's hooks decline it and SGLang's own method body runs)."""
     calls = []
-    return SimpleNamespace(
-        update_mamba_state_after_mtp_verify=lambda **kwargs: calls.append(kwargs), calls=calls
-    )
+    return SimpleNamespace(update_mamba_state_after_mtp_verify=lambda **kwargs: calls.append(kwargs), calls=calls)

@@ -37,8 +37,10 @@ class _CuteDSLKernel:
 
 
 def _stand_in_gpu_kernels(gdn_backend) -> None:
-    for module, name, kernel in (("gdn_flashinfer", "FlashInferGDNKernel", _FlashInferKernel),
-                                 ("gdn_cutedsl", "CuteDSLGDNKernel", _CuteDSLKernel)):
+    for module, name, kernel in (
+        ("gdn_flashinfer", "FlashInferGDNKernel", _FlashInferKernel),
+        ("gdn_cutedsl", "CuteDSLGDNKernel", _CuteDSLKernel),
+    ):
         stand_in = types.ModuleType(f"{KERNELS}.{module}")
         setattr(stand_in, name, kernel)
         sys.modules[stand_in.__name__] = stand_in
@@ -48,8 +50,12 @@ def _stand_in_gpu_kernels(gdn_backend) -> None:
 def combinations():
     for base, decode, prefill, verify in itertools.product(BASES, DECODES, PREFILLS, VERIFIES):
         if (decode or base) in ("triton", "flashinfer"):
-            yield {"linear_attn_backend": base, "linear_attn_decode_backend": decode,
-                   "linear_attn_prefill_backend": prefill, "linear_attn_verify_backend": verify}
+            yield {
+                "linear_attn_backend": base,
+                "linear_attn_decode_backend": decode,
+                "linear_attn_prefill_backend": prefill,
+                "linear_attn_verify_backend": verify,
+            }
 
 
 def sglang_verifies_with_flashinfer(flags: dict, sm_major: int) -> bool:
@@ -81,10 +87,17 @@ def main() -> int:
     from replayssm_overlay.verify_kernel import FLASHINFER, stock_verify_kernel
 
     _stand_in_gpu_kernels(gdn_backend)
-    rows = [{"flags": flags, "sm_major": sm, "sglang": sglang_verifies_with_flashinfer(flags, sm),
-             "overlay": stock_verify_kernel(flags, sm) == FLASHINFER,
-             "overlay_any_gpu": stock_verify_kernel(flags) == FLASHINFER}
-            for flags in combinations() for sm in SM_MAJORS]
+    rows = [
+        {
+            "flags": flags,
+            "sm_major": sm,
+            "sglang": sglang_verifies_with_flashinfer(flags, sm),
+            "overlay": stock_verify_kernel(flags, sm) == FLASHINFER,
+            "overlay_any_gpu": stock_verify_kernel(flags) == FLASHINFER,
+        }
+        for flags in combinations()
+        for sm in SM_MAJORS
+    ]
     print(json.dumps({"sglang": gdn_backend.__file__, "rows": rows}))
     return 0
 

@@ -32,7 +32,7 @@ def section(text: str, version: str) -> str:
     if start is None:
         raise NoNotes(f"CHANGELOG.md has no section `## {version}`")
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    body = "\n".join(lines[start + 1:end]).strip()
+    body = "\n".join(lines[start + 1 : end]).strip()
     if not body:
         raise NoNotes(f"the section `## {version}` of CHANGELOG.md is empty")
     return body
@@ -46,8 +46,11 @@ def main(argv=None) -> int:
     try:
         print(section(args.changelog.read_text(), args.version))
     except NoNotes as err:
-        print(f"error: {err}\n  fix: rename `## Unreleased` to `## {args.version}` in the commit that sets the "
-              "version (RELEASING.md, \"Publish\"), then tag that commit", file=sys.stderr)
+        print(
+            f"error: {err}\n  fix: rename `## Unreleased` to `## {args.version}` in the commit that sets the "
+            'version (RELEASING.md, "Publish"), then tag that commit',
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -17,14 +17,17 @@ import sys
 
 def collected(paths: list, python: str) -> list:
     """The test ids pytest collects from `paths`."""
-    listing = subprocess.run([python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
-                             capture_output=True, text=True)
+    listing = subprocess.run(
+        [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
+        capture_output=True,
+        text=True,
+    )
     return [line.strip() for line in listing.stdout.splitlines() if "::" in line and not line.startswith(" ")]
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    paths, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    paths, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     python = sys.executable
     tests = collected(paths, python)
     if not tests:
@@ -32,15 +35,18 @@ def main(argv=None) -> int:
         return 2
     failed = []
     for number, test in enumerate(tests, 1):
-        done = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, test],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, test], capture_output=True, text=True
+        )
         outcome = "passed" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
         print(f"[{number}/{len(tests)}] {test}: {outcome}", flush=True)
         if done.returncode != 0:
             failed.append(test)
             print(done.stdout[-3000:], flush=True)
-    print(f"tests_alone: {len(tests) - len(failed)} of {len(tests)} passed alone"
-          + (f"; failed alone: {', '.join(failed)}" if failed else ""))
+    print(
+        f"tests_alone: {len(tests) - len(failed)} of {len(tests)} passed alone"
+        + (f"; failed alone: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

@@ -30,14 +30,30 @@ import pytest  # noqa: E402
 
 TESTS = pathlib.Path(__file__).resolve().parent
 #: the unit tier, relative to tests/: folders, and single files of folders that are otherwise heavy
-UNIT_TIER = ("structure", "patcher", "hooks", "smoke", "kernels", "aot", "releases", "plan", "ci",
-             "monitoring/test_overlay_metrics.py", "test_layout_imports.py", "test_make_entry_points.py",
-             "test_benchmark_run.py")
+UNIT_TIER = (
+    "structure",
+    "patcher",
+    "hooks",
+    "smoke",
+    "kernels",
+    "aot",
+    "releases",
+    "plan",
+    "ci",
+    "monitoring/test_overlay_metrics.py",
+    "test_layout_imports.py",
+    "test_make_entry_points.py",
+    "test_benchmark_run.py",
+)
 
 
 def pytest_addoption(parser):
-    parser.addoption("--tier", choices=("unit", "all"), default="all",
-                     help="unit: only the unit tier (tests/conftest.py's UNIT_TIER; make test-fast); all: every test")
+    parser.addoption(
+        "--tier",
+        choices=("unit", "all"),
+        default="all",
+        help="unit: only the unit tier (tests/conftest.py's UNIT_TIER; make test-fast); all: every test",
+    )
 
 
 def in_unit_tier(path: pathlib.Path) -> bool:

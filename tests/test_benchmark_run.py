@@ -57,8 +57,12 @@ def test_the_sweep_gives_memcheck_every_window_and_each_axis_on_short_and_long_w
 
     configs = gpu_sweep.sweep_configs()
     assert [c["N"] for c in configs] == list(range(1, cuda_fold.MAX_WINDOW + 1))
-    axes = {"int64 indices": lambda c: c["wide"], "fp32 conv": lambda c: c["conv_fp32"],
-            "track slot": lambda c: bool(c["track"]), "past 32 rows": lambda c: len(c["slots"]) > 32}
+    axes = {
+        "int64 indices": lambda c: c["wide"],
+        "fp32 conv": lambda c: c["conv_fp32"],
+        "track slot": lambda c: bool(c["track"]),
+        "past 32 rows": lambda c: len(c["slots"]) > 32,
+    }
     for axis, value_of in axes.items():
         for long_windows in (False, True):
             seen = {value_of(c) for c in configs if (c["N"] > 16) == long_windows}

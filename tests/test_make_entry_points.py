@@ -26,8 +26,9 @@ VENV_TARGETS = ("test-patcher", "patch-status", "test-hooks", "aot-test", "aot-b
 
 
 def make(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_make_help_aligns_every_description():
@@ -84,14 +85,16 @@ def test_setup_system_waits_for_the_dpkg_lock_and_keeps_stdout_clean(tmp_path):
     calls = tmp_path / "apt-calls"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "dpkg-query").write_text("#!/bin/sh\nfor a; do p=$a; done\n[ \"$p\" = rsync ] && exit 1\n"
-                                        "echo 'install ok installed'\n")  # every package present but rsync
+    (bin_dir / "dpkg-query").write_text(
+        "#!/bin/sh\nfor a; do p=$a; done\n[ \"$p\" = rsync ] && exit 1\necho 'install ok installed'\n"
+    )  # every package present but rsync
     (bin_dir / "apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\necho 'apt says something'\n")
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
-    done = subprocess.run(["bash", "scripts/setup-system.sh"], cwd=ROOT, capture_output=True, text=True,
-                          env=env, timeout=60)
+    done = subprocess.run(
+        ["bash", "scripts/setup-system.sh"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     asked = calls.read_text().splitlines()

@@ -249,10 +249,20 @@ def _acceptance_alerts(s: dict, n: _Series) -> list[dict]:
         )
 
     return [
-        tier("ReplaySSMDraftAcceptanceCollapsed", s["accept_ratio"], s["for_live_acceptance"], "critical",
-             "Speculation has all but stopped paying."),
-        tier("ReplaySSMDraftAcceptanceLow", s["warn_ratio"], s["for_live_acceptance_warning"], "warning",
-             "An early warning: the draft is sliding."),
+        tier(
+            "ReplaySSMDraftAcceptanceCollapsed",
+            s["accept_ratio"],
+            s["for_live_acceptance"],
+            "critical",
+            "Speculation has all but stopped paying.",
+        ),
+        tier(
+            "ReplaySSMDraftAcceptanceLow",
+            s["warn_ratio"],
+            s["for_live_acceptance_warning"],
+            "warning",
+            "An early warning: the draft is sliding.",
+        ),
         _alert(
             s,
             "ReplaySSMSmokeAcceptanceBelowBaseline",
@@ -423,7 +433,8 @@ def _missing_data_alerts(s: dict, n: _Series) -> list[dict]:
         _alert(
             s,
             "ReplaySSMRuleEvaluationFailures",
-            "increase(" + n.prometheus("prometheus_rule_evaluation_failures_total", f'rule_group=~".*;{GROUP}"')
+            "increase("
+            + n.prometheus("prometheus_rule_evaluation_failures_total", f'rule_group=~".*;{GROUP}"')
             + "[5m]) > 0",
             "0m",
             "warning",
@@ -436,8 +447,9 @@ def _missing_data_alerts(s: dict, n: _Series) -> list[dict]:
         _alert(
             s,
             "ReplaySSMSmokeStale",
-            _host(f"time() - {n.node('replayssm_smoke_last_run_timestamp_seconds')} > "
-                  f"{seconds(s['smoke_stale_after']):g}"),
+            _host(
+                f"time() - {n.node('replayssm_smoke_last_run_timestamp_seconds')} > {seconds(s['smoke_stale_after']):g}"
+            ),
             "0m",
             "warning",
             "missing-data",

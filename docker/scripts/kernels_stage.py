@@ -35,16 +35,21 @@ def main(argv=None):
     record = {"mode": args.mode, "dir": None}
     if args.mode == "skip":
         record["status"] = "skipped"
-        record["detail"] = ("RSO_KERNELS=skip: no CUDA commit kernel compiled ahead of time; the node commits with "
-                            "SGLang's own fold, compiled before serving")
+        record["detail"] = (
+            "RSO_KERNELS=skip: no CUDA commit kernel compiled ahead of time; the node commits with "
+            "SGLang's own fold, compiled before serving"
+        )
     else:
         cmd = [part.format(out=out) for part in BUILD_COMMAND]
         print("kernels stage: " + " ".join(cmd), flush=True)
         returncode = subprocess.run(cmd).returncode
         if returncode != 0:
-            print(f"kernels stage: the AOT build failed (exit {returncode}); see its message above. A base "
-                  "without NVRTC (nvidia-cuda-nvrtc, which CUDA builds of torch install) cannot build it: use "
-                  "RSO_KERNELS=skip (make build KERNELS=skip)", file=sys.stderr)
+            print(
+                f"kernels stage: the AOT build failed (exit {returncode}); see its message above. A base "
+                "without NVRTC (nvidia-cuda-nvrtc, which CUDA builds of torch install) cannot build it: use "
+                "RSO_KERNELS=skip (make build KERNELS=skip)",
+                file=sys.stderr,
+            )
             return 1
         record["status"] = "built"
         record["detail"] = "compiled ahead of time: " + " ".join(cmd)

@@ -36,25 +36,41 @@ def main(argv=None):
         base_check = json.load(handle)
     with open(args.kernels) as handle:
         kernels = json.load(handle)
-    proc = subprocess.run([sys.executable, "-m", "replayssm_overlay", "status", "--json",
-                           "--sglang-dir", base_check["sglang"]["package_dir"]],
-                          stdout=subprocess.PIPE, universal_newlines=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "replayssm_overlay",
+            "status",
+            "--json",
+            "--sglang-dir",
+            base_check["sglang"]["package_dir"],
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     if proc.returncode != 0:
         return fail("`replayssm-overlay status --json` failed after apply", "see the build log above")
     status = json.loads(proc.stdout)
     if status["state"] != "patched" or status["unverified"]:
-        return fail(f"the overlay's status is {status['state']!r} (unverified={status['unverified']}) after apply",
-                    "see the build log above; the image must carry a verified patch")
+        return fail(
+            f"the overlay's status is {status['state']!r} (unverified={status['unverified']}) after apply",
+            "see the build log above; the image must carry a verified patch",
+        )
     labelled = dict(item.split("=", 1) for item in args.patched_files.split(",") if item)
     actual = {f["relpath"]: f["sha256"] for f in status["files"]}
     if labelled != actual:
-        return fail(f"patched files {actual} differ from the labels' values {labelled}",
-                    "build with `make -f docker/docker.mk build`, which takes the labels from the base check's dry run")
+        return fail(
+            f"patched files {actual} differ from the labels' values {labelled}",
+            "build with `make -f docker/docker.mk build`, which takes the labels from the base check's dry run",
+        )
 
     image = dict(field.split("=", 1) for field in args.field)
     if image.get("overlay_version", status["overlay_version"]) != status["overlay_version"]:
-        return fail(f"the installed overlay is {status['overlay_version']}, the build says {image['overlay_version']}",
-                    "build with `make -f docker/docker.mk build`, which builds the wheel it labels")
+        return fail(
+            f"the installed overlay is {status['overlay_version']}, the build says {image['overlay_version']}",
+            "build with `make -f docker/docker.mk build`, which builds the wheel it labels",
+        )
     manifest = {
         "schema": 1,
         "image": image,
@@ -66,8 +82,10 @@ def main(argv=None):
     with open(args.out, "w") as handle:
         json.dump(manifest, handle, indent=2, sort_keys=True)
         handle.write("\n")
-    print(f"manifest: {args.out} (SGLang {status['release']}, overlay {status['overlay_version']}, "
-          f"kernels {kernels['status']})")
+    print(
+        f"manifest: {args.out} (SGLang {status['release']}, overlay {status['overlay_version']}, "
+        f"kernels {kernels['status']})"
+    )
     return 0
 
 

@@ -3,7 +3,8 @@
 Why it exists: the Dockerfile alone cannot know the patched files' sha256 (its labels) nor check the
 base before pulling. So: (1) preflight (daemon, lock, base; docker/tools/preflight.py); (2) stage a
 build context that holds only the overlay wheel (`pip wheel --no-deps` of the project's tracked files at
-the commit, docker/tools/git_source.py; a dirty checkout is refused unless --allow-dirty) and docker/scripts/, so no secret or stray file can reach a layer; (3) build the `base-check` stage and
+the commit, docker/tools/git_source.py; a dirty checkout is refused unless --allow-dirty) and docker/scripts/, so no
+secret or stray file can reach a layer; (3) build the `base-check` stage and
 read its report (the dry run's sha256 of each file after patching); (4) build the image with those
 values as labels, which the last build step cross-checks against the patched files.
 
@@ -24,9 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import DOCKER_DIR, REPO, Refusal, docker, image_id, log, overlay_version, run_tool
 from git_source import Source, export
 from preflight import resolve_base
+
+from common import DOCKER_DIR, REPO, Refusal, docker, image_id, log, overlay_version, run_tool
 
 IN_IMAGE_SCRIPTS = ("check_base.py", "kernels_stage.py", "write_manifest.py")
 PROJECT_FILES = ("pyproject.toml", "README.md", "overlay", "smoke_tests")
@@ -43,19 +45,38 @@ def build_wheel(python: str, wheels: Path, allow_dirty: bool) -> tuple[Path, Sou
         source = export(REPO, PROJECT_FILES, Path(src), allow_dirty)
         # offline first (the python's own setuptools), then with pip's isolated build env (needs PyPI)
         for isolation in (["--no-build-isolation"], []):
-            proc = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", *isolation,
-                                   "--disable-pip-version-check", "-q", "-w", str(wheels), src],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--no-deps",
+                    *isolation,
+                    "--disable-pip-version-check",
+                    "-q",
+                    "-w",
+                    str(wheels),
+                    src,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             if proc.returncode == 0:
                 break
     if proc.returncode != 0:
-        raise Refusal(f"building the overlay wheel with {python} failed:\n{proc.stdout.strip()}",
-                      "run `make setup` (.venv has pip and setuptools), or pass WHEEL_PYTHON=<a python with "
-                      "pip and setuptools>=70.1>")
+        raise Refusal(
+            f"building the overlay wheel with {python} failed:\n{proc.stdout.strip()}",
+            "run `make setup` (.venv has pip and setuptools), or pass WHEEL_PYTHON=<a python with "
+            "pip and setuptools>=70.1>",
+        )
     found = sorted(wheels.glob("sglang_replayssm_overlay-*.whl"))
     if [w.name.split("-")[1] for w in found] != [version]:
-        raise Refusal(f"expected one overlay wheel of version {version} in {wheels}, found {[w.name for w in found]}",
-                      "remove the build directory and run the build again")
+        raise Refusal(
+            f"expected one overlay wheel of version {version} in {wheels}, found {[w.name for w in found]}",
+            "remove the build directory and run the build again",
+        )
     return found[0], source
 
 
@@ -78,13 +99,24 @@ def provenance(source: Source) -> dict[str, str]:
     """OCI created/revision/source from git (commit time, so a rebuild of one commit labels the same);
     a build from uncommitted changes has the revision `<commit>-dirty`."""
     created = _git("log", "-1", "--format=%cI") or datetime.datetime.now(datetime.timezone.utc).isoformat()
-    return {"RSO_CREATED": created, "RSO_REVISION": source.revision,
-            "RSO_SOURCE": _git("remote", "get-url", "origin") or "unknown"}
+    return {
+        "RSO_CREATED": created,
+        "RSO_REVISION": source.revision,
+        "RSO_SOURCE": _git("remote", "get-url", "origin") or "unknown",
+    }
 
 
 def docker_build(context: Path, args: dict[str, str], *extra: str) -> None:
     """`docker build` with its log streamed through; a failed step's own output is repeated at the end."""
-    cmd = [os.environ.get("DOCKER", "docker"), "build", "--network", "none", "-f", str(DOCKER_DIR / "Dockerfile"), *extra]
+    cmd = [
+        os.environ.get("DOCKER", "docker"),
+        "build",
+        "--network",
+        "none",
+        "-f",
+        str(DOCKER_DIR / "Dockerfile"),
+        *extra,
+    ]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     proc = subprocess.Popen([*cmd, str(context)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -99,8 +131,9 @@ def docker_build(context: Path, args: dict[str, str], *extra: str) -> None:
     if proc.wait() != 0:
         tail = "\n  ".join(step_output[-15:])
         if any(line.startswith("base-check failed [") for line in step_output):
-            raise Refusal(f"the base check refused this base:\n  {tail}",
-                          "see docker/README.md, 'When the base check fails'")
+            raise Refusal(
+                f"the base check refused this base:\n  {tail}", "see docker/README.md, 'When the base check fails'"
+            )
         raise Refusal(f"docker build failed; the failed step printed:\n  {tail}", "see the build log above")
 
 
@@ -123,8 +156,11 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable, help="python with pip+setuptools to build the wheel")
     parser.add_argument("--base-python", default="python3", help="the base image's python (RSO_PYTHON)")
     parser.add_argument("--build-dir", default=str(REPO / "build" / "docker"))
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="build although tracked files have uncommitted changes (labelled <commit>-dirty)")
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="build although tracked files have uncommitted changes (labelled <commit>-dirty)",
+    )
     args = parser.parse_args()
 
     log("[1/4] preflight: daemon, docker/base.lock, base image")
@@ -136,10 +172,16 @@ def main() -> int:
     version = overlay_version()
     tag = args.image.rsplit(":", 1)[-1]
     build_args = {
-        "BASE_IMAGE": base["from"], "BASE_NAME": base["name"], "BASE_DIGEST": base["digest"],
-        "BASE_STANDIN": "true" if base["standin"] else "false", "SGLANG_RELEASE": base["release"],
-        "CUDA_LANE": base["lane"], "OVERLAY_VERSION": version, "IMAGE_VERSION": tag,
-        "RSO_KERNELS": args.kernels, "RSO_PYTHON": args.base_python,
+        "BASE_IMAGE": base["from"],
+        "BASE_NAME": base["name"],
+        "BASE_DIGEST": base["digest"],
+        "BASE_STANDIN": "true" if base["standin"] else "false",
+        "SGLANG_RELEASE": base["release"],
+        "CUDA_LANE": base["lane"],
+        "OVERLAY_VERSION": version,
+        "IMAGE_VERSION": tag,
+        "RSO_KERNELS": args.kernels,
+        "RSO_PYTHON": args.base_python,
     }
     log(f"      {wheel.name} from {source.revision}")
     log("[3/4] base check (stage base-check)")

@@ -63,8 +63,10 @@ def read_lock(path: Path = LOCK) -> dict[str, str]:
             continue
         key, sep, value = line.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", key) or re.search(r"[\s#]", value):
-            raise Refusal(f"{path}:{number}: not a KEY=VALUE line (no spaces, no inline comment): {line!r}",
-                          "fix the lock file by hand: comments go on lines of their own")
+            raise Refusal(
+                f"{path}:{number}: not a KEY=VALUE line (no spaces, no inline comment): {line!r}",
+                "fix the lock file by hand: comments go on lines of their own",
+            )
         values[key] = value
     missing = [key for key in LOCK_REQUIRED if not values.get(key)]
     if missing:
@@ -98,39 +100,58 @@ def base_pin(lock: dict[str, str], release: str, lane: str) -> dict[str, str]:
     """The locked base of one SGLang release and CUDA lane; refuses a release or lane the lock lacks."""
     releases = _listed(lock, "RELEASES")
     if release not in releases:
-        raise Refusal(f"unknown SGLang release {release!r}: docker/base.lock pins {', '.join(releases)}",
-                      f"use SGLANG_RELEASE={' or '.join(releases)}; another release needs the overlay ported "
-                      "to it first (overlay/replayssm_overlay/patcher/releases.py) and its lines in docker/base.lock")
+        raise Refusal(
+            f"unknown SGLang release {release!r}: docker/base.lock pins {', '.join(releases)}",
+            f"use SGLANG_RELEASE={' or '.join(releases)}; another release needs the overlay ported "
+            "to it first (overlay/replayssm_overlay/patcher/releases.py) and its lines in docker/base.lock",
+        )
     lanes = _listed(lock, f"LANES_{release}")
     if lane not in lanes or f"BASE_DIGEST_{release}_{lane}" not in lock or f"BASE_TAG_{release}_{lane}" not in lock:
-        raise Refusal(f"unknown CUDA lane {lane!r} for SGLang {release}: docker/base.lock pins "
-                      f"{', '.join(lanes) or 'none'} (LANES_{release})",
-                      f"use CUDA_LANE={' or '.join(lanes)}, or, if the SGLang project publishes that lane, add it to "
-                      f"LANES_{release} with BASE_TAG_{release}_{lane}/BASE_DIGEST_{release}_{lane}/"
-                      f"BASE_IMAGE_ID_{release}_{lane} lines and DRIVER_FLOOR_{lane}, then run "
-                      f"`{pin_base_command(release, lane)}`")
+        raise Refusal(
+            f"unknown CUDA lane {lane!r} for SGLang {release}: docker/base.lock pins "
+            f"{', '.join(lanes) or 'none'} (LANES_{release})",
+            f"use CUDA_LANE={' or '.join(lanes)}, or, if the SGLang project publishes that lane, add it to "
+            f"LANES_{release} with BASE_TAG_{release}_{lane}/BASE_DIGEST_{release}_{lane}/"
+            f"BASE_IMAGE_ID_{release}_{lane} lines and DRIVER_FLOOR_{lane}, then run "
+            f"`{pin_base_command(release, lane)}`",
+        )
     key = f"{release}_{lane}"
-    return {"name": f"{lock['BASE_REPOSITORY']}:{lock[f'BASE_TAG_{key}']}", "digest": lock[f"BASE_DIGEST_{key}"],
-            "release": release, "lane": lane, "key": key, "image_id": lock.get(f"BASE_IMAGE_ID_{key}", "")}
+    return {
+        "name": f"{lock['BASE_REPOSITORY']}:{lock[f'BASE_TAG_{key}']}",
+        "digest": lock[f"BASE_DIGEST_{key}"],
+        "release": release,
+        "lane": lane,
+        "key": key,
+        "image_id": lock.get(f"BASE_IMAGE_ID_{key}", ""),
+    }
 
 
-def docker(*args: str, check: bool = True, capture: bool = True, timeout: float | None = None,
-           capture_stderr: bool = False) -> subprocess.CompletedProcess:
+def docker(
+    *args: str, check: bool = True, capture: bool = True, timeout: float | None = None, capture_stderr: bool = False
+) -> subprocess.CompletedProcess:
     """Run the docker client; with `check`, a failure raises Refusal carrying its stderr. `capture=False`
     lets the output through to the terminal (progress), `capture_stderr` still keeps stderr for a message."""
     try:
-        proc = subprocess.run([DOCKER, *args], text=True, timeout=timeout,
-                              stdout=subprocess.PIPE if capture else None,
-                              stderr=subprocess.PIPE if capture or capture_stderr else None)
+        proc = subprocess.run(
+            [DOCKER, *args],
+            text=True,
+            timeout=timeout,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture or capture_stderr else None,
+        )
     except FileNotFoundError as err:
-        raise Refusal(f"the docker client `{DOCKER}` is not installed", "install docker (docker.io), or set DOCKER=") from err
+        raise Refusal(
+            f"the docker client `{DOCKER}` is not installed", "install docker (docker.io), or set DOCKER="
+        ) from err
     except subprocess.TimeoutExpired as err:
-        raise Refusal(f"`docker {' '.join(args)}` did not finish within {timeout:.0f} s",
-                      "check the daemon and the network") from err
+        raise Refusal(
+            f"`docker {' '.join(args)}` did not finish within {timeout:.0f} s", "check the daemon and the network"
+        ) from err
     if check and proc.returncode != 0:
         detail = (proc.stderr or "").strip() if capture else "see the output above"
-        raise Refusal(f"`docker {' '.join(args[:3])} ...` failed (exit {proc.returncode}): {detail}",
-                      "see the message above")
+        raise Refusal(
+            f"`docker {' '.join(args[:3])} ...` failed (exit {proc.returncode}): {detail}", "see the message above"
+        )
     return proc
 
 
@@ -144,7 +165,7 @@ def overlay_version() -> str:
     """`version = "..."` from the project's pyproject.toml (the overlay wheel's version)."""
     match = re.search(r'^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
     if not match:
-        raise Refusal("pyproject.toml has no `version = \"...\"` line", "restore the [project] version")
+        raise Refusal('pyproject.toml has no `version = "..."` line', "restore the [project] version")
     return match.group(1)
 
 
@@ -162,6 +183,8 @@ def check_registry_reachable(host: str, timeout: float = 10.0) -> None:
     try:
         socket.create_connection((name, int(port or 443)), timeout=timeout).close()
     except (OSError, ValueError) as err:
-        raise Refusal(f"registry {host} is not reachable ({err})",
-                      "check the network, proxy or VPN; sites without a registry use `make save` and "
-                      "`make load` (docker/README.md, 'Air-gapped sites')") from err
+        raise Refusal(
+            f"registry {host} is not reachable ({err})",
+            "check the network, proxy or VPN; sites without a registry use `make save` and "
+            "`make load` (docker/README.md, 'Air-gapped sites')",
+        ) from err

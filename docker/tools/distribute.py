@@ -24,8 +24,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from common import Refusal, check_registry_reachable, docker, image_id, log, run_tool
 from preflight import check_daemon
+
+from common import Refusal, check_registry_reachable, docker, image_id, log, run_tool
 
 
 def _need_image(image: str) -> str:
@@ -68,9 +69,11 @@ def save(image: str, out_dir: Path) -> Path:
 
 def load(tarball: Path | None) -> str:
     if tarball is None:
-        raise Refusal("make load needs TARBALL=<the .tar.gz that `make save` wrote>",
-                      "e.g. make load TARBALL=build/docker/dist/sglang-replayssm_0.5.19-0.1.0.tar.gz (its .sha256 "
-                      "and .image-id files beside it)")
+        raise Refusal(
+            "make load needs TARBALL=<the .tar.gz that `make save` wrote>",
+            "e.g. make load TARBALL=build/docker/dist/sglang-replayssm_0.5.19-0.1.0.tar.gz (its .sha256 "
+            "and .image-id files beside it)",
+        )
     check_daemon()
     sums = Path(f"{tarball}.sha256")
     id_file = tarball.parent / (tarball.name.removesuffix(".tar.gz") + ".image-id")
@@ -79,18 +82,21 @@ def load(tarball: Path | None) -> str:
             raise Refusal(f"{needed} is missing", "copy all three files that `make save` wrote")
     expected_sum = sums.read_text().split()[0]
     if _sha256(tarball) != expected_sum:
-        raise Refusal(f"{tarball} does not match its sha256 ({expected_sum}): the copy is damaged",
-                      "copy the tarball again")
+        raise Refusal(
+            f"{tarball} does not match its sha256 ({expected_sum}): the copy is damaged", "copy the tarball again"
+        )
     expected_id = id_file.read_text().strip()
     tags_before, ids_before = _tags(), _image_ids()
     output = docker("load", "-i", str(tarball)).stdout
     loaded = loaded_image_ids(output)
     if expected_id not in loaded:
         undone = _undo_load(output, loaded, tags_before, ids_before)
-        raise Refusal(f"{tarball} loaded as {', '.join(loaded) or 'nothing'}, not {expected_id} as {id_file.name} "
-                      f"says; refused, and the daemon is as it was: {undone}",
-                      "the tarball and its .image-id file are not from one `make save`: copy all three files again")
-    tags = docker("image", "inspect", "--format", "{{join .RepoTags \" \"}}", expected_id).stdout.strip()
+        raise Refusal(
+            f"{tarball} loaded as {', '.join(loaded) or 'nothing'}, not {expected_id} as {id_file.name} "
+            f"says; refused, and the daemon is as it was: {undone}",
+            "the tarball and its .image-id file are not from one `make save`: copy all three files again",
+        )
+    tags = docker("image", "inspect", "--format", '{{join .RepoTags " "}}', expected_id).stdout.strip()
     print(f"loaded {tags} {expected_id} (image ID checked)")
     return expected_id
 
@@ -110,8 +116,9 @@ def _undo_load(output: str, loaded: list[str], tags_before: dict[str, str], ids_
     what it named before (or is removed, if it is new), and each image the load added is removed. Returns
     what it did, for the message (the Ansible tarball path does the same: deploy/roles/sglang_image)."""
     done = []
-    refs = [line.removeprefix("Loaded image: ").strip() for line in output.splitlines()
-            if line.startswith("Loaded image: ")]
+    refs = [
+        line.removeprefix("Loaded image: ").strip() for line in output.splitlines() if line.startswith("Loaded image: ")
+    ]
     for ref in refs:
         previous = tags_before.get(ref)
         if previous is None:
@@ -153,10 +160,12 @@ def push(image: str, registry: str) -> str:
     pushed = docker("push", target, check=False, capture=False, capture_stderr=True)
     if pushed.returncode != 0:
         docker("image", "rm", target, check=False)  # drop the tag made for the push; the image stays
-        raise Refusal(f"registry {registry} refused the push of {target} (nothing was pushed under that tag): "
-                      f"{(pushed.stderr or '').strip()}",
-                      "check the registry's state (read-only? full? your permissions: `docker login`), then push again")
-    digests = docker("image", "inspect", "--format", "{{join .RepoDigests \" \"}}", target).stdout.split()
+        raise Refusal(
+            f"registry {registry} refused the push of {target} (nothing was pushed under that tag): "
+            f"{(pushed.stderr or '').strip()}",
+            "check the registry's state (read-only? full? your permissions: `docker login`), then push again",
+        )
+    digests = docker("image", "inspect", "--format", '{{join .RepoDigests " "}}', target).stdout.split()
     pushed = next((d for d in digests if d.startswith(target.rsplit(":", 1)[0] + "@")), "")
     print(f"pushed {target}\n  deploy by digest: {pushed}")
     return pushed

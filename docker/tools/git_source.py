@@ -38,8 +38,10 @@ class Source:
 def _git(repo: Path, *args: str, env: dict | None = None, binary: bool = False) -> str | bytes:
     proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, env=env)
     if proc.returncode != 0:
-        raise Refusal(f"`git {' '.join(args)}` failed in {repo}: {proc.stderr.decode(errors='replace').strip()}",
-                      "build from a git checkout of the project (the image is built from its commit)")
+        raise Refusal(
+            f"`git {' '.join(args)}` failed in {repo}: {proc.stderr.decode(errors='replace').strip()}",
+            "build from a git checkout of the project (the image is built from its commit)",
+        )
     return proc.stdout if binary else proc.stdout.decode().strip()
 
 
@@ -55,10 +57,12 @@ def export(repo: Path, names: tuple[str, ...], dest: Path, allow_dirty: bool) ->
     changed = changed_tracked_files(repo)
     if changed and not allow_dirty:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
-        raise Refusal(f"the checkout has uncommitted changes to tracked files ({shown}); the image is built "
-                      f"from the commit {commit[:12]} and would not hold them",
-                      "commit them (or `git stash` them yourself), or build anyway with ALLOW_DIRTY=1 "
-                      "(the image is then labelled <commit>-dirty)")
+        raise Refusal(
+            f"the checkout has uncommitted changes to tracked files ({shown}); the image is built "
+            f"from the commit {commit[:12]} and would not hold them",
+            "commit them (or `git stash` them yourself), or build anyway with ALLOW_DIRTY=1 "
+            "(the image is then labelled <commit>-dirty)",
+        )
     tree = f"{commit}^{{tree}}"
     if changed:  # a copy of the index (HEAD + what is staged) plus the unstaged changes of tracked files
         with tempfile.TemporaryDirectory(prefix="rso-index-") as tmp:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from common import Refusal, docker, image_id, run_tool
 from preflight import check_daemon
+
+from common import Refusal, docker, image_id, run_tool
 
 MANIFEST = "/opt/replayssm-overlay/manifest.json"
 
@@ -45,12 +46,17 @@ def image_diff(image: str, python: str = "python3") -> dict:
     if image_id(base) is None:
         raise Refusal(f"the base {base} is not in this Docker daemon", "pull or load the base to compare against it")
     ours, theirs = _history(image), _history(base)
-    if [h["ID"] for h in ours[len(ours) - len(theirs):]] != [h["ID"] for h in theirs]:
-        raise Refusal(f"{image} is not built on {base} (its layer history does not end with the base's)",
-                      "compare an image with the base it was built from")
+    if [h["ID"] for h in ours[len(ours) - len(theirs) :]] != [h["ID"] for h in theirs]:
+        raise Refusal(
+            f"{image} is not built on {base} (its layer history does not end with the base's)",
+            "compare an image with the base it was built from",
+        )
     # filesystem layers only: metadata steps (ARG, LABEL, ...) add a 0-byte `#(nop)` history entry
-    added = [{"size": int(h["Size"]), "created_by": h["CreatedBy"]} for h in reversed(ours[:len(ours) - len(theirs)])
-             if int(h["Size"]) > 0 or "#(nop)" not in h["CreatedBy"]]
+    added = [
+        {"size": int(h["Size"]), "created_by": h["CreatedBy"]}
+        for h in reversed(ours[: len(ours) - len(theirs)])
+        if int(h["Size"]) > 0 or "#(nop)" not in h["CreatedBy"]
+    ]
     return {
         "image": image,
         "base": base,

@@ -21,15 +21,36 @@ import os
 import shutil
 import subprocess
 
-from common import (DIGEST, Refusal, check_registry_reachable, docker, base_pin, image_id, log, read_lock,
-                    registry_host, run_tool, write_lock_value)
+from common import (
+    DIGEST,
+    Refusal,
+    base_pin,
+    check_registry_reachable,
+    docker,
+    image_id,
+    log,
+    read_lock,
+    registry_host,
+    run_tool,
+    write_lock_value,
+)
 
 
 def _digest_by_tool(name: str) -> str | None:
     """The tag's registry digest from the first available inspector (none of them pulls the image)."""
     inspectors = [
-        ([os.environ.get("DOCKER", "docker"), "buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}", name],
-         lambda out: json.loads(out)["digest"]),
+        (
+            [
+                os.environ.get("DOCKER", "docker"),
+                "buildx",
+                "imagetools",
+                "inspect",
+                "--format",
+                "{{json .Manifest}}",
+                name,
+            ],
+            lambda out: json.loads(out)["digest"],
+        ),
         (["crane", "digest", name], lambda out: out.strip()),
     ]
     for cmd, parse in inspectors:
@@ -52,8 +73,10 @@ def resolve_digest(name: str) -> str:
     log(f"no inspector (docker buildx, crane) answered; pulling {name} to read its digest")
     pulled = docker("pull", name, check=False, capture=False)
     if pulled.returncode != 0:
-        raise Refusal(f"cannot get {name} from the registry",
-                      "check the tag and `docker login`, or pass DIGEST=sha256:... from your registry")
+        raise Refusal(
+            f"cannot get {name} from the registry",
+            "check the tag and `docker login`, or pass DIGEST=sha256:... from your registry",
+        )
     repo = name.rsplit(":", 1)[0]
     digests = docker("image", "inspect", "--format", "{{json .RepoDigests}}", name).stdout
     for ref in json.loads(digests) or []:
@@ -83,8 +106,10 @@ def main() -> int:
         print(f"recorded BASE_IMAGE_ID_{key}={local_id} (recognises the base after `docker load`)")
     else:
         write_lock_value(f"BASE_IMAGE_ID_{key}", "")
-        print(f"BASE_IMAGE_ID_{key} cleared: pull the base and run pin-base again to record it (needed only "
-              "to build from a base loaded from a tarball)")
+        print(
+            f"BASE_IMAGE_ID_{key} cleared: pull the base and run pin-base again to record it (needed only "
+            "to build from a base loaded from a tarball)"
+        )
     return 0
 
 

@@ -24,21 +24,33 @@ def all_pins(lock: dict[str, str]) -> list[dict]:
     for release in [r for r in lock["RELEASES"].split(",") if r]:
         for lane in [lane for lane in lock.get(f"LANES_{release}", "").split(",") if lane]:
             pin = base_pin(lock, release, lane)
-            pins.append({"release": release, "lane": lane, "base": pin["name"], "digest": pin["digest"],
-                         "pinned": bool(DIGEST.match(pin["digest"])), "pin_base": pin_base_command(release, lane),
-                         "driver_floor": lock.get(f"DRIVER_FLOOR_{lane}", "")})
+            pins.append(
+                {
+                    "release": release,
+                    "lane": lane,
+                    "base": pin["name"],
+                    "digest": pin["digest"],
+                    "pinned": bool(DIGEST.match(pin["digest"])),
+                    "pin_base": pin_base_command(release, lane),
+                    "driver_floor": lock.get(f"DRIVER_FLOOR_{lane}", ""),
+                }
+            )
     return pins
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("Examples:")[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("Examples:")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object: include (pinned), unpinned")
     args = parser.parse_args()
     pins = all_pins(read_lock())
     if args.json:
-        print(json.dumps({"include": [p for p in pins if p["pinned"]],
-                          "unpinned": [p for p in pins if not p["pinned"]]}))
+        print(
+            json.dumps({"include": [p for p in pins if p["pinned"]], "unpinned": [p for p in pins if not p["pinned"]]})
+        )
         return 0
     print(f"{'RELEASE':<8} {'LANE':<6} {'BASE':<32} DIGEST")
     for p in pins:

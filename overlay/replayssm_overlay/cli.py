@@ -272,11 +272,14 @@ def main(argv=None) -> int:
     except OSError as err:  # a file operation no module turned into a refusal: still a message, not a traceback
         return _refused(args, from_os_error(err, "access"))
     except KeyboardInterrupt:  # outside a write phase, which holds SIGINT and rolls back itself
-        return _refused(args, OverlayError(
-            "interrupted (SIGINT) outside any write; the three files are as a whole either as they were or as "
-            "intended",
-            "`replayssm-overlay status` shows which; run the command again to finish it",
-        ))
+        return _refused(
+            args,
+            OverlayError(
+                "interrupted (SIGINT) outside any write; the three files are as a whole either as they were or as "
+                "intended",
+                "`replayssm-overlay status` shows which; run the command again to finish it",
+            ),
+        )
 
 
 def _refused(args, err: OverlayError) -> int:
@@ -301,9 +304,7 @@ def _apply(args) -> int:
 
 
 def _verify(args) -> int:
-    result = patcher.verify(
-        _target(args), allow_unverified=args.allow_unverified, lock_timeout_s=args.lock_timeout
-    )
+    result = patcher.verify(_target(args), allow_unverified=args.allow_unverified, lock_timeout_s=args.lock_timeout)
     if result["ok"]:
         text = f"OK: patched SGLang {result['release_label']} at {result['sglang_dir']}"
     else:
@@ -342,9 +343,13 @@ def _kernels(tree_protocol: str | None, sglang_dir) -> dict:
     """`fold.describe()` with the fallbacks of this tree's serving processes; on a ring release what commits
     instead (the overlay's fold kernels are not used there)."""
     if tree_protocol == protocol.RING:
-        return {"fold": exactness.RING_COMMIT, "reason": f"this release commits with SGLang's own MTP commit "
-                f"({protocol.MTP_COMMIT}); the overlay's fold kernels are not used", "decided": True,
-                "fallbacks_recorded": []}
+        return {
+            "fold": exactness.RING_COMMIT,
+            "reason": f"this release commits with SGLang's own MTP commit "
+            f"({protocol.MTP_COMMIT}); the overlay's fold kernels are not used",
+            "decided": True,
+            "fallbacks_recorded": [],
+        }
     return {**fold.describe(), "fallbacks_recorded": fold.recorded_fallbacks(sglang_dir)}
 
 
@@ -373,10 +378,13 @@ def _status(args) -> int:
         + f"\nkernels:  {kernels}"
         + f"\ncommit:   {result['exactness']['commit']}: {result['exactness']['statement']}"
         + "".join(f"\ncaveat:   {caveat}" for caveat in result["exactness"]["caveats"])
-        + "".join(f"\nleftover: {path} (a temp file of a killed run; apply or revert removes it)"
-                  for path in result["leftovers"])
+        + "".join(
+            f"\nleftover: {path} (a temp file of a killed run; apply or revert removes it)"
+            for path in result["leftovers"]
+        )
         + (f"\nlocked:   a patcher run holds the lock now: {result['locked_by']}" if result["locked_by"] else "")
-        + "\n" + _selfcheck_lines(result["selfcheck"])
+        + "\n"
+        + _selfcheck_lines(result["selfcheck"])
         + f"\n{table}"
     )
     _report(args, result, text)
@@ -386,14 +394,23 @@ def _status(args) -> int:
 def _exactness(result: dict) -> dict:
     """`exactness.describe` for this tree's protocol and the newest live serving process's pool (its
     self-check record), else the fold this process would choose."""
-    live = next((r for r in result["selfcheck"] if r.get("alive") and r.get("scope") == records.TREE
-                 and isinstance(r.get("geometry"), dict)), None)
+    live = next(
+        (
+            r
+            for r in result["selfcheck"]
+            if r.get("alive") and r.get("scope") == records.TREE and isinstance(r.get("geometry"), dict)
+        ),
+        None,
+    )
     if live is None:
         return exactness.describe(result["protocol"], fold=result["kernels"].get("fold"))
-    return exactness.describe(result["protocol"], fold=(live.get("fold") or {}).get("fold"),
-                              state_dtype=live["geometry"].get("state_dtype"),
-                              ring_dtype=live["geometry"].get("ring_dtype"),
-                              stock_verify=live.get("stock_verify_kernel"))
+    return exactness.describe(
+        result["protocol"],
+        fold=(live.get("fold") or {}).get("fold"),
+        state_dtype=live["geometry"].get("state_dtype"),
+        ring_dtype=live["geometry"].get("ring_dtype"),
+        stock_verify=live.get("stock_verify_kernel"),
+    )
 
 
 _LIVENESS = {records.ALIVE: "running", records.DEAD: "exited"}
@@ -404,8 +421,11 @@ def _selfcheck_lines(entries: list) -> str:
         return f"selfcheck: no serving process has run it (records in {records.record_dir()})\n"
     lines = []
     for r in entries:
-        label = "selfcheck" if r["scope"] == records.TREE else (
-            f"node-wide, SGLang at {r.get('sglang_dir') or 'an unnamed tree'}")
+        label = (
+            "selfcheck"
+            if r["scope"] == records.TREE
+            else (f"node-wide, SGLang at {r.get('sglang_dir') or 'an unnamed tree'}")
+        )
         if "problem" in r:
             lines.append(f"{label}: {r['path']}: {r['problem']}")
         else:
@@ -424,9 +444,7 @@ def _target(args):
 def _file_actions(result: dict) -> str:
     lines = [f"{result['message']} ({result['sglang_dir']})"]
     for f in result["files"]:
-        lines.append(
-            f"  {f['action']:<30} {f['relpath']}" + (f"  [from {f['source']}]" if f.get("source") else "")
-        )
+        lines.append(f"  {f['action']:<30} {f['relpath']}" + (f"  [from {f['source']}]" if f.get("source") else ""))
     return "\n".join(lines)
 
 

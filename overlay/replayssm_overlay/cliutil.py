@@ -3,7 +3,8 @@
 `replayssm-overlay` and `replayssm-smoke` share their exit codes and how they print JSON; the patcher,
 the AOT build and the smoke report write files that a reader must see whole or not at all (and the
 patcher finds the temp files a killed write left, `temp_files_of`); the patcher and the kernel loader
-hash files; `replayssm-overlay`'s commands format `--help` the same way (`HelpFormatter`). Standard library only and cheap to import: the node-side loader uses
+hash files; `replayssm-overlay`'s commands format `--help` the same way (`HelpFormatter`). Standard library only and
+cheap to import: the node-side loader uses
 `sha256_file` on the server's commit path, and the smoke suite imports this without torch or Triton.
 (The stdlib-only host tools in `docker/tools/` and the in-image `docker/scripts/` keep their own.)
 """

@@ -41,8 +41,10 @@ STRICT, TIE_AWARE = "strict", "tie-aware"
 SPEC_FLAG = "--enable-linear-replayssm-spec"
 TRITON_VERIFY_FLAG = "--linear-attn-verify-backend triton"
 SGLANG_FOLD = "SGLang's fold (commit_gdn_replayssm_fold_after_verify)"
-TRACK_CAVEAT = ("with --mamba-radix-cache-strategy extra_buffer the overlay also commits the track slot, which stock "
-                "DFLASH with ReplaySSM off never does")
+TRACK_CAVEAT = (
+    "with --mamba-radix-cache-strategy extra_buffer the overlay also commits the track slot, which stock "
+    "DFLASH with ReplaySSM off never does"
+)
 
 
 @dataclass(frozen=True)
@@ -61,33 +63,81 @@ class Row:
 
 
 ROWS = (
-    Row("fold-float32-triton-verify", "0.5.19", FOLD, "float32", TRITON, "replayssm-off-state",
+    Row(
+        "fold-float32-triton-verify",
+        "0.5.19",
+        FOLD,
+        "float32",
+        TRITON,
+        "replayssm-off-state",
         "bitwise equal to the state stock SGLang commits with ReplaySSM off (its per-step snapshots), with "
         "bfloat16 activations and a float32 state",
-        STRICT, f"the same command line without {SPEC_FLAG}"),
-    Row("fold-float32-flashinfer-verify", "0.5.19", FOLD, "float32", FLASHINFER, "replayssm-off-state-triton-verify",
+        STRICT,
+        f"the same command line without {SPEC_FLAG}",
+    ),
+    Row(
+        "fold-float32-flashinfer-verify",
+        "0.5.19",
+        FOLD,
+        "float32",
+        FLASHINFER,
+        "replayssm-off-state-triton-verify",
         f"bitwise equal to the state stock SGLang commits with ReplaySSM off and {TRITON_VERIFY_FLAG} (the Triton "
         "recurrence's per-step snapshots), with bfloat16 activations and a float32 state; with these flags and "
         "ReplaySSM off stock SGLang verifies with FlashInfer's MTP kernel on SM90/SM100 instead, whose state "
         "is not that one",
-        STRICT, f"the same command line without {SPEC_FLAG}, with {TRITON_VERIFY_FLAG}"),
-    Row("fold-low-precision-state", "0.5.19", FOLD, "bfloat16, float16", "any", None,
+        STRICT,
+        f"the same command line without {SPEC_FLAG}, with {TRITON_VERIFY_FLAG}",
+    ),
+    Row(
+        "fold-low-precision-state",
+        "0.5.19",
+        FOLD,
+        "bfloat16, float16",
+        "any",
+        None,
         "the SSM state is {state}: SGLang's own fold commits, and the overlay claims nothing beyond it",
-        TIE_AWARE, "none: no bitwise claim with this state"),
-    Row("ring-float32", "0.5.20 on", RING, "float32", "any", RING_COMMIT,
+        TIE_AWARE,
+        "none: no bitwise claim with this state",
+    ),
+    Row(
+        "ring-float32",
+        "0.5.20 on",
+        RING,
+        "float32",
+        "any",
+        RING_COMMIT,
         f"bitwise equal to SGLang's own MTP commit of this release ({MTP_COMMIT}), which is within "
         f"{RING_ERROR_BOUND:g} relative RMS of the decode recurrence run token by token (not bitwise), so "
         "turning ReplaySSM on can change tokens at near-ties; the overlay's fold kernels are not used",
-        TIE_AWARE, "none: the ring commit is not the ReplaySSM-off state"),
-    Row("ring-low-precision-state", "0.5.20 on", RING, "bfloat16, float16", "any", RING_COMMIT,
+        TIE_AWARE,
+        "none: the ring commit is not the ReplaySSM-off state",
+    ),
+    Row(
+        "ring-low-precision-state",
+        "0.5.20 on",
+        RING,
+        "bfloat16, float16",
+        "any",
+        RING_COMMIT,
         f"bitwise equal to SGLang's own MTP commit of this release ({MTP_COMMIT}); with a {{state}} state no "
         f"bound on its distance from the decode recurrence is claimed (the {RING_ERROR_BOUND:g} bound holds with a "
         f"float32 state; a bfloat16 one measured {RING_BF16_DISTANCE:g}), so turning ReplaySSM on can change "
         "tokens at near-ties; the overlay's fold kernels are not used",
-        TIE_AWARE, "none: the ring commit is not the ReplaySSM-off state"),
-    Row("unknown-release", "any other", None, "any", "any", None,
+        TIE_AWARE,
+        "none: the ring commit is not the ReplaySSM-off state",
+    ),
+    Row(
+        "unknown-release",
+        "any other",
+        None,
+        "any",
+        "any",
+        None,
         "not a release whose GDN ReplaySSM protocol the overlay knows: no claim",
-        TIE_AWARE, "none: no claim"),
+        TIE_AWARE,
+        "none: no claim",
+    ),
 )
 ROW_BY_KEY = {row.key: row for row in ROWS}
 
@@ -105,8 +155,14 @@ def row_for(protocol: str | None, state_dtype: str | None = None, stock_verify: 
     return ROW_BY_KEY[f"fold-float32-{stock_verify or TRITON}-verify"]
 
 
-def describe(protocol: str | None, *, fold: str | None = None, state_dtype: str | None = None,
-             ring_dtype: str | None = None, stock_verify: str | None = None) -> dict:
+def describe(
+    protocol: str | None,
+    *,
+    fold: str | None = None,
+    state_dtype: str | None = None,
+    ring_dtype: str | None = None,
+    stock_verify: str | None = None,
+) -> dict:
     """{"row", "protocol", "commit", "bitwise_equal_to" (or None: no bitwise claim), "statement", "caveats",
     "parity", "strict_reference"}. `fold` is the fold in use (`fold.describe()["fold"]` or a self-check
     record's); `stock_verify` the record's `stock_verify_kernel`; None where unknown (no serving process
@@ -116,13 +172,21 @@ def describe(protocol: str | None, *, fold: str | None = None, state_dtype: str 
     caveats = []
     if row.protocol == FOLD:
         caveats = [TRACK_CAVEAT, conv_dtype_caveat(ring_dtype)]
-        assumed = [what for what, known in (("a float32 state", state_dtype), ("the Triton verify", stock_verify))
-                   if not known]
+        assumed = [
+            what for what, known in (("a float32 state", state_dtype), ("the Triton verify", stock_verify)) if not known
+        ]
         if assumed and row.bitwise_equal_to:
             statement += f" (assumed: {' and '.join(assumed)}; no serving process recorded it)"
-    return {"row": row.key, "protocol": protocol, "commit": _commit(row, fold), "bitwise_equal_to":
-            row.bitwise_equal_to, "statement": statement, "caveats": caveats, "parity": row.parity,
-            "strict_reference": row.reference}
+    return {
+        "row": row.key,
+        "protocol": protocol,
+        "commit": _commit(row, fold),
+        "bitwise_equal_to": row.bitwise_equal_to,
+        "statement": statement,
+        "caveats": caveats,
+        "parity": row.parity,
+        "strict_reference": row.reference,
+    }
 
 
 def _commit(row: Row, fold: str | None) -> str:
@@ -141,7 +205,8 @@ CONV_DTYPE_CAVEAT = (
     "cannot hold exactly are rounded, so that state is not the ReplaySSM-off one, and the self-check cannot "
     "see it: a float16 model on a bfloat16 ring, and with SGLANG_MAMBA_CONV_DTYPE=float16 the bfloat16 values "
     f"below 2^{FLOAT16_EXACT_BFLOAT16_EXPONENT} in magnitude (float16's subnormals keep fewer bits) or above "
-    "65504: 8 to 11 of 2^20 SiLU outputs of N(0, 1) inputs")
+    "65504: 8 to 11 of 2^20 SiLU outputs of N(0, 1) inputs"
+)
 
 
 def conv_dtype_caveat(ring_dtype: str | None) -> str:
@@ -152,19 +217,26 @@ def strict_against(row: Row, reference_arguments: dict) -> bool:
     """Whether a reference running the target's algorithm and draft length with ReplaySSM off, with these
     server arguments (`verify_kernel.FLAGS`, `mamba_ssm_dtype`), must match every token: the row allows
     strict parity, the reference keeps a float32 state (or SGLang's default) and verifies with Triton."""
-    return (row.parity == STRICT and (reference_arguments.get("mamba_ssm_dtype") or "float32") == "float32"
-            and stock_verify_kernel(reference_arguments) == TRITON)
+    return (
+        row.parity == STRICT
+        and (reference_arguments.get("mamba_ssm_dtype") or "float32") == "float32"
+        and stock_verify_kernel(reference_arguments) == TRITON
+    )
 
 
 def markdown_table() -> str:
     """The README's table ("What is bitwise where"), one line per row of `ROWS`."""
-    head = ("| release | SSM state (`--mamba-ssm-dtype`) | stock's verify kernel, ReplaySSM off | the committed state "
-            "| `bitwise_equal_to` | `--parity auto` against the same algorithm with ReplaySSM off |\n"
-            "|---|---|---|---|---|---|\n")
+    head = (
+        "| release | SSM state (`--mamba-ssm-dtype`) | stock's verify kernel, ReplaySSM off | the committed state "
+        "| `bitwise_equal_to` | `--parity auto` against the same algorithm with ReplaySSM off |\n"
+        "|---|---|---|---|---|---|\n"
+    )
     lines = []
     for row in ROWS:
         verify = {TRITON: "Triton", FLASHINFER: "FlashInfer's MTP kernel"}.get(row.stock_verify, row.stock_verify)
         parity = f"strict: {row.reference}" if row.parity == STRICT else f"tie-aware ({row.reference})"
-        lines.append(f"| {row.releases} | {row.state} | {verify} | {row.statement.format(state='bfloat16 or float16')} "
-                     f"| `{row.bitwise_equal_to or 'none'}` | {parity} |")
+        lines.append(
+            f"| {row.releases} | {row.state} | {verify} | {row.statement.format(state='bfloat16 or float16')} "
+            f"| `{row.bitwise_equal_to or 'none'}` | {parity} |"
+        )
     return head + "\n".join(lines) + "\n"

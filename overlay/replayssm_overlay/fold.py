@@ -39,8 +39,10 @@ from replayssm_overlay.errors import NotCovered, OverlayError
 
 ENV_FOLD = "RSO_FOLD"
 _MODES = ("auto", "triton", "sglang")
-_RETIRED = {"overlay": "RSO_FOLD=overlay was retired with the prebuilt Triton binaries; RSO_FOLD=triton is the "
-                       "overlay's Triton kernel, compiled by Triton, and auto the CUDA kernel"}
+_RETIRED = {
+    "overlay": "RSO_FOLD=overlay was retired with the prebuilt Triton binaries; RSO_FOLD=triton is the "
+    "overlay's Triton kernel, compiled by Triton, and auto the CUDA kernel"
+}
 #: every fold `chosen()` can name (`metrics.py` reports each as a 0/1 gauge, always present)
 FOLDS = ("overlay-cuda", "overlay-triton", "sglang")
 
@@ -53,8 +55,9 @@ def _mode() -> str:
     mode = os.environ.get(ENV_FOLD, "auto").strip().lower() or "auto"
     if mode not in _MODES:
         retired = f" ({_RETIRED[mode]})" if mode in _RETIRED else ""
-        raise OverlayError(f"{ENV_FOLD}={mode!r} is not a fold choice{retired}",
-                           f"set {ENV_FOLD} to one of {', '.join(_MODES)}")
+        raise OverlayError(
+            f"{ENV_FOLD}={mode!r} is not a fold choice{retired}", f"set {ENV_FOLD} to one of {', '.join(_MODES)}"
+        )
     return mode
 
 
@@ -161,16 +164,23 @@ def _note_fallback(shape: str, reason: str) -> None:
 
 def _record_fallbacks() -> None:
     """Best effort (a commit never fails over its report): this process's fallbacks record."""
-    records.write("fallbacks", {"pid": os.getpid(), "shapes": [{"shape": e["shape"], "reason": e["reason"]}
-                                                                for e in _fallbacks.values()]}, logger)
+    records.write(
+        "fallbacks",
+        {"pid": os.getpid(), "shapes": [{"shape": e["shape"], "reason": e["reason"]} for e in _fallbacks.values()]},
+        logger,
+    )
 
 
 def recorded_fallbacks(sglang_dir=None) -> list:
     """The shapes live serving processes recorded (records of processes that are gone are left out; with
     `sglang_dir`, only those of processes that imported that SGLang tree)."""
-    return [dict(entry, pid=record["pid"]) for record in records.read("fallbacks", sglang_dir=sglang_dir)
-            if record.get("alive") and record["scope"] == records.TREE and isinstance(record.get("shapes"), list)
-            for entry in record["shapes"] if isinstance(entry, dict)]
+    return [
+        dict(entry, pid=record["pid"])
+        for record in records.read("fallbacks", sglang_dir=sglang_dir)
+        if record.get("alive") and record["scope"] == records.TREE and isinstance(record.get("shapes"), list)
+        for entry in record["shapes"]
+        if isinstance(entry, dict)
+    ]
 
 
 def _plan(key, spec_state, batch, has_track, kernels):
@@ -225,8 +235,10 @@ def fold_accepted_prefix(
         if plan is None or not plan.matches(spec_state):
             plan = _plan(key, spec_state, batch, has_track, kernels)
         if null_block_id != -1:
-            _note_fallback(_shape_key(spec_state, batch, has_track),
-                           f"null block id {null_block_id} (the kernels are built for -1)")
+            _note_fallback(
+                _shape_key(spec_state, batch, has_track),
+                f"null block id {null_block_id} (the kernels are built for -1)",
+            )
         elif isinstance(plan, _Refusal):
             _note_fallback(plan.shape, plan.reason)
         else:  # an index tensor it cannot take (not 1-D), a launch the driver refused: not covered
@@ -234,12 +246,26 @@ def fold_accepted_prefix(
             if not why:
                 return
             _note_fallback(_shape_key(spec_state, batch, has_track), why)
-    sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
-                  mamba_steps_to_track, null_block_id)
+    sglang_commit(
+        spec_state,
+        state_batch_indices,
+        accept_lens,
+        last_correct_step_indices,
+        mamba_track_indices,
+        mamba_steps_to_track,
+        null_block_id,
+    )
 
 
-def sglang_commit(spec_state, state_batch_indices, accept_lens, last_correct_step_indices, mamba_track_indices,
-                  mamba_steps_to_track, null_block_id) -> None:
+def sglang_commit(
+    spec_state,
+    state_batch_indices,
+    accept_lens,
+    last_correct_step_indices,
+    mamba_track_indices,
+    mamba_steps_to_track,
+    null_block_id,
+) -> None:
     """SGLang's own commit, as the overlay's contract calls it (the fallback of every call the overlay's
     kernel does not take, and what `sglang_warmup` compiles before serving)."""
     from sglang.kernels.ops.attention.fla.gdn_replayssm_spec_fold import commit_gdn_replayssm_fold_after_verify
@@ -297,7 +323,9 @@ def _describe_choice() -> dict:
 
     folder = loader.artifact_dir()
     if _has_cuda(folder):
-        return {"fold": "overlay-cuda", "decided": False,
-                "reason": f"the CUDA commit kernel in {folder}, checked against this node when a server builds its "
-                          "pool"}
+        return {
+            "fold": "overlay-cuda",
+            "decided": False,
+            "reason": f"the CUDA commit kernel in {folder}, checked against this node when a server builds its pool",
+        }
     return {"fold": "sglang", "reason": f"no prebuilt CUDA commit kernel in {folder}", "decided": False}

@@ -5,7 +5,8 @@ as JSON (`make fleet-status` reads that).
 Why a separate view of the status: the failures that matter in production leave outputs correct and
 only cost speed (a node whose self-check switched it to SGLang's fold, a commit shape the overlay's kernel
 does not cover), and an alert needs each as one number. `facts(status)` reduces the status document to
-them: what every live serving process of the inspected SGLang tree commits with (from its self-check record, so it is the decision the
+them: what every live serving process of the inspected SGLang tree commits with (from its self-check record, so it is
+the decision the
 server made, not what this separate process would pick; on a ring release, 0.5.20 on, SGLang's own
 MTP commit), the self-check outcomes, the commit shapes that fell back to SGLang's fold, the protocol and
 what the commit is bitwise equal to (`exactness`), and the versions. `exposition(facts)` renders them; the
@@ -34,8 +35,11 @@ def _kind(record: dict) -> str:
 
 def facts(status: dict) -> dict:
     """The watched facts of a `status --json` document (schema in `metrics --help`)."""
-    live = [r for r in status.get("selfcheck") or []
-            if r.get("alive") and "problem" not in r and r.get("scope", records.TREE) == records.TREE]
+    live = [
+        r
+        for r in status.get("selfcheck") or []
+        if r.get("alive") and "problem" not in r and r.get("scope", records.TREE) == records.TREE
+    ]
     in_use = sorted({_kind(r) for r in live})
     outcomes: dict[str, int] = {}
     for record in live:
@@ -43,8 +47,9 @@ def facts(status: dict) -> dict:
     warmups = [r["warmup"] for r in live if isinstance(r.get("warmup"), dict)]
     warmup_outcomes: dict[str, int] = {}
     for warmup in warmups:
-        warmup_outcomes[warmup.get("outcome") or "unknown"] = warmup_outcomes.get(warmup.get("outcome") or "unknown",
-                                                                                  0) + 1
+        warmup_outcomes[warmup.get("outcome") or "unknown"] = (
+            warmup_outcomes.get(warmup.get("outcome") or "unknown", 0) + 1
+        )
     kernels = status.get("kernels") or {}
     shapes = sorted({f.get("shape") for f in kernels.get("fallbacks_recorded") or [] if f.get("shape")})
     return {

@@ -8,7 +8,6 @@ a rename), so a scrape never reads half a file.
 
 from __future__ import annotations
 
-
 from replayssm_overlay import metrics
 from replayssm_overlay.cliutil import EXIT_OK, HelpFormatter, atomic_write, emit, print_json
 from replayssm_overlay.errors import OverlayError

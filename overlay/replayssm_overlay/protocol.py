@@ -51,7 +51,7 @@ def _defines(path: Path, function: str) -> bool:
 
 @functools.cache
 def of_tree(sglang_dir: Path) -> str | None:
-    """"ring", "fold", or None (neither kernel module: not a release the overlay knows) for the `sglang`
+    """ "ring", "fold", or None (neither kernel module: not a release the overlay knows) for the `sglang`
     package directory `sglang_dir`."""
     modules = [Path(sglang_dir) / package for package in KERNEL_PACKAGES]
     if any(_defines(folder / RING_MODULE, RING_COMMIT) for folder in modules):

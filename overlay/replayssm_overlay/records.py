@@ -104,8 +104,9 @@ def liveness(process: dict | None, written: float | None = None) -> tuple[str, s
         booted = boot_time()
         if written is not None and booted is not None and written < booted:
             return DEAD, "written before this node last booted"
-        return UNKNOWN, ("written under another boot since this node booted (e.g. a container with a kernel of "
-                         "its own)")
+        return UNKNOWN, (
+            "written under another boot since this node booted (e.g. a container with a kernel of its own)"
+        )
     if process.get("pid_namespace") != mine["pid_namespace"]:
         return UNKNOWN, f"written in another PID namespace ({process.get('pid_namespace')}), e.g. another container"
     if mine["start_ticks"] is None:
@@ -133,8 +134,9 @@ def write(kind: str, payload: dict, logger: logging.Logger) -> None:
     process = identity()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(folder / _file_name(kind, process),
-                          {**payload, "process": process, "sglang_dir": imported_sglang_dir()})
+        atomic_write_json(
+            folder / _file_name(kind, process), {**payload, "process": process, "sglang_dir": imported_sglang_dir()}
+        )
     except OSError as err:
         logger.warning("replayssm-overlay: could not write the %s record in %s: %s", kind, folder, err)
         return

@@ -66,24 +66,31 @@ class Geometry:
     ring_dtype: str  # raw k/v ring dtype (the conv dtype)
 
     @classmethod
-    def of_configurator(cls, configurator) -> "Geometry":
+    def of_configurator(cls, configurator) -> Geometry:
         """From the configurator's `mamba2_cache_params` and the published window, as the pool sizes them."""
         from sglang.srt.runtime_context import max_speculative_num_draft_tokens
 
         params = configurator.mambaish_config.mamba2_cache_params
         hv, v, k = params.shape.temporal
         window = max_speculative_num_draft_tokens()
-        return cls(num_v_heads=hv, num_k_heads=params.shape.num_k_heads_per_tp, head_v_dim=v, head_k_dim=k,
-                   window=None if window is None else int(window),
-                   state_dtype=_dtype_name(params.dtype.temporal), ring_dtype=_dtype_name(params.dtype.conv))
+        return cls(
+            num_v_heads=hv,
+            num_k_heads=params.shape.num_k_heads_per_tp,
+            head_v_dim=v,
+            head_k_dim=k,
+            window=None if window is None else int(window),
+            state_dtype=_dtype_name(params.dtype.temporal),
+            ring_dtype=_dtype_name(params.dtype.conv),
+        )
 
 
 def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def check_before_serving(geometry: Geometry, *, seed: int | None = None, protocol_name: str | None = None,
-                         stock_verify: str | None = None) -> dict:
+def check_before_serving(
+    geometry: Geometry, *, seed: int | None = None, protocol_name: str | None = None, stock_verify: str | None = None
+) -> dict:
     """Run the check for this process's pool geometry (once; a second pool of the same geometry gets the
     same record), act on it (SGLang's fold on anything but a pass), write the record and return it.
     `protocol_name`: the installed release's (`protocol.installed()` where not given); on a ring release
@@ -98,9 +105,14 @@ def check_before_serving(geometry: Geometry, *, seed: int | None = None, protoco
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     timing = {}
     if protocol_name == protocol.RING:
-        outcome, detail = "ring-commit", ("this release keeps a circular GDN ring, which SGLang's own MTP commit "
-                                          f"({protocol.MTP_COMMIT}) commits; the overlay's fold never runs here, so "
-                                          "nothing of it is checked")
+        outcome, detail = (
+            "ring-commit",
+            (
+                "this release keeps a circular GDN ring, which SGLang's own MTP commit "
+                f"({protocol.MTP_COMMIT}) commits; the overlay's fold never runs here, so "
+                "nothing of it is checked"
+            ),
+        )
         used = {"fold": "none", "reason": "the overlay's fold kernels are not used on a circular-ring release"}
     else:
         outcome, detail = _check(geometry, seed, timing)
@@ -111,13 +123,28 @@ def check_before_serving(geometry: Geometry, *, seed: int | None = None, protoco
         if outcome != "passed" and fold.chosen()[0] != "sglang":
             fold.fall_back_to_sglang(f"self-check before serving: {detail}")  # logged once, with the reason
         used = fold.describe()
-    claim = exactness.describe(protocol_name, fold=used["fold"], state_dtype=geometry.state_dtype,
-                               ring_dtype=geometry.ring_dtype, stock_verify=stock_verify)
+    claim = exactness.describe(
+        protocol_name,
+        fold=used["fold"],
+        state_dtype=geometry.state_dtype,
+        ring_dtype=geometry.ring_dtype,
+        stock_verify=stock_verify,
+    )
     record = {
-        "schema": RECORD_SCHEMA, "pid": os.getpid(), "time": time.time(), "outcome": outcome, "detail": detail,
-        "seed": seed, "geometry": asdict(geometry), "protocol": protocol_name, "fold": used,
+        "schema": RECORD_SCHEMA,
+        "pid": os.getpid(),
+        "time": time.time(),
+        "outcome": outcome,
+        "detail": detail,
+        "seed": seed,
+        "geometry": asdict(geometry),
+        "protocol": protocol_name,
+        "fold": used,
         "stock_verify_kernel": stock_verify,
-        "commit": claim["commit"], "exactness": claim, "seconds": round(time.monotonic() - started, 3), **timing,
+        "commit": claim["commit"],
+        "exactness": claim,
+        "seconds": round(time.monotonic() - started, 3),
+        **timing,
         "warmup": dict(_warmup) or None,
     }
     records.write("selfcheck", record, logger)
@@ -133,8 +160,10 @@ def _check(geometry: Geometry, seed: int, timing: dict) -> tuple[str, str]:
 
     kind, reason, kernels = fold.chosen()
     if geometry.state_dtype != "float32":
-        return "sglang-fold", (f"the SSM state is {geometry.state_dtype} (--mamba-ssm-dtype); the overlay's "
-                               "fold reproduces the float32 recurrence only, so SGLang's fold commits")
+        return "sglang-fold", (
+            f"the SSM state is {geometry.state_dtype} (--mamba-ssm-dtype); the overlay's "
+            "fold reproduces the float32 recurrence only, so SGLang's fold commits"
+        )
     if kind == "sglang":
         return "sglang-fold", f"SGLang's fold is in use ({reason}); nothing to check"
     try:
@@ -183,15 +212,18 @@ def _commit_differs(window, source, expected, tracked) -> str:
     for track in (False, True):  # both entry points of the commit (HAS_TRACK)
         pool = window.pool()
         track_slots, track_steps = window.track() if track else (None, None)
-        commit_plan.CommitPlan(pool, REQUESTS, track, source).run(window.slots, window.accept_lens,
-                                                                  track_slots, track_steps)
+        commit_plan.CommitPlan(pool, REQUESTS, track, source).run(
+            window.slots, window.accept_lens, track_slots, track_steps
+        )
         state = pool.temporal
         for row, slot in enumerate(window.slots.tolist()):
             if slot < 0:
                 continue
             if not torch.equal(state[:, slot], expected[:, slot]):
-                return (f"slot of request {row} (accepted {int(window.accept_lens[row])} of {window.rawk.shape[3]} "
-                        f"tokens) differs after the fold, {_diff(state[:, slot], expected[:, slot])}")
+                return (
+                    f"slot of request {row} (accepted {int(window.accept_lens[row])} of {window.rawk.shape[3]} "
+                    f"tokens) differs after the fold, {_diff(state[:, slot], expected[:, slot])}"
+                )
             last = int(window.accept_lens[row]) - 1
             if not torch.equal(pool.conv[0][:, slot], pool.intermediate_conv_window[0][:, row, last]):
                 return f"the conv window of request {row} was not rolled back to its last accepted step"
@@ -232,11 +264,18 @@ class _Window:
 
         import torch
 
-        conv = torch.zeros(LAYERS, self.initial.shape[1], CONV_DIM, CONV_WIDTH, dtype=self.rawk.dtype,
-                           device=self.initial.device)
-        return types.SimpleNamespace(temporal=self.initial.clone(), replayssm_rawv=self.rawv, replayssm_rawk=self.rawk,
-                                     replayssm_g=self.g, replayssm_beta=self.beta, conv=[conv],
-                                     intermediate_conv_window=[self.conv_windows])
+        conv = torch.zeros(
+            LAYERS, self.initial.shape[1], CONV_DIM, CONV_WIDTH, dtype=self.rawk.dtype, device=self.initial.device
+        )
+        return types.SimpleNamespace(
+            temporal=self.initial.clone(),
+            replayssm_rawv=self.rawv,
+            replayssm_rawk=self.rawk,
+            replayssm_g=self.g,
+            replayssm_beta=self.beta,
+            conv=[conv],
+            intermediate_conv_window=[self.conv_windows],
+        )
 
     @property
     def track_slot(self) -> int:
@@ -272,15 +311,23 @@ class _Window:
         track_step = lens[0] // 2
         tracked = None
         for t in range(max(lens)):
-            slots = torch.tensor([int(self.slots[i]) if t < lens[i] else scratch for i in rows], dtype=torch.int32,
-                                 device=state.device)
+            slots = torch.tensor(
+                [int(self.slots[i]) if t < lens[i] else scratch for i in rows], dtype=torch.int32, device=state.device
+            )
             for layer in range(LAYERS):
                 inputs = {name: tensor[layer] for name, tensor in self.inputs.items()}
                 q, k, v = _packed_qkv(*(inputs[name][idx, t] for name in ("q", "k", "v")))
                 fsg.fused_sigmoid_gating_delta_rule_update(
-                    A_log=self.A_log[layer], a=inputs["a"][idx, t].contiguous(), dt_bias=self.dt_bias[layer],
-                    softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v,
-                    b=inputs["b"][idx, t].contiguous(), initial_state_source=state[layer],
+                    A_log=self.A_log[layer],
+                    a=inputs["a"][idx, t].contiguous(),
+                    dt_bias=self.dt_bias[layer],
+                    softplus_beta=1.0,
+                    softplus_threshold=20.0,
+                    q=q,
+                    k=k,
+                    v=v,
+                    b=inputs["b"][idx, t].contiguous(),
+                    initial_state_source=state[layer],
                     initial_state_indices=slots,
                     cu_seqlens=torch.arange(len(rows) + 1, dtype=torch.int32, device=state.device),
                     use_qk_l2norm_in_kernel=True,
@@ -324,8 +371,13 @@ def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
     (cache_ring) of the rows that have a slot."""
     import torch
 
-    HV, H, V, K, N = (geometry.num_v_heads, geometry.num_k_heads, geometry.head_v_dim, geometry.head_k_dim,
-                      geometry.window)
+    HV, H, V, K, N = (
+        geometry.num_v_heads,
+        geometry.num_k_heads,
+        geometry.head_v_dim,
+        geometry.head_k_dim,
+        geometry.window,
+    )
     raw = getattr(torch, geometry.ring_dtype)
     gen = torch.Generator(device="cpu").manual_seed(seed)
 
@@ -334,23 +386,30 @@ def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
 
     real = [row for row in range(REQUESTS) if row not in PADDED_ROWS]
     slot_count = len(real) + 2
-    inputs = {"q": randn(LAYERS, REQUESTS, N, H, K, dtype=raw), "k": randn(LAYERS, REQUESTS, N, H, K, dtype=raw),
-              "v": randn(LAYERS, REQUESTS, N, HV, V, dtype=raw), "a": randn(LAYERS, REQUESTS, N, HV, dtype=raw),
-              "b": randn(LAYERS, REQUESTS, N, HV, dtype=raw)}
+    inputs = {
+        "q": randn(LAYERS, REQUESTS, N, H, K, dtype=raw),
+        "k": randn(LAYERS, REQUESTS, N, H, K, dtype=raw),
+        "v": randn(LAYERS, REQUESTS, N, HV, V, dtype=raw),
+        "a": randn(LAYERS, REQUESTS, N, HV, dtype=raw),
+        "b": randn(LAYERS, REQUESTS, N, HV, dtype=raw),
+    }
     lens = [N] + [1 + int(torch.randint(N, (1,), generator=gen)) for _ in range(REQUESTS - 1)]
     slots = [-1] * REQUESTS
     for slot, row in enumerate(real):
         slots[row] = slot
     window = _Window(
-        inputs=inputs, A_log=randn(LAYERS, HV, scale=0.5), dt_bias=randn(LAYERS, HV, scale=0.5),
+        inputs=inputs,
+        A_log=randn(LAYERS, HV, scale=0.5),
+        dt_bias=randn(LAYERS, HV, scale=0.5),
         initial=randn(LAYERS, slot_count, HV, V, K, scale=0.5),
         rawv=torch.zeros(LAYERS, slot_count, HV, N, V, dtype=raw, device=device),
         rawk=torch.zeros(LAYERS, slot_count, H, N, K, dtype=raw, device=device),
         g=torch.zeros(LAYERS, slot_count, HV, N, device=device),
         beta=torch.zeros(LAYERS, slot_count, HV, N, device=device),
         slots=torch.tensor(slots, dtype=torch.int32, device=device),
-        accept_lens=torch.tensor([0 if row in PADDED_ROWS else n for row, n in enumerate(lens)], dtype=torch.int32,
-                                 device=device),
+        accept_lens=torch.tensor(
+            [0 if row in PADDED_ROWS else n for row, n in enumerate(lens)], dtype=torch.int32, device=device
+        ),
         conv_windows=randn(LAYERS, REQUESTS, N, CONV_DIM, CONV_WIDTH, dtype=raw),
     )
     rows = torch.tensor(real, device=device)
@@ -359,12 +418,25 @@ def _verified_window(geometry: Geometry, device, seed: int) -> _Window:
         per_token = {name: inputs[name][layer][rows].reshape(tokens, *inputs[name].shape[3:]) for name in inputs}
         q, k, v = _packed_qkv(per_token["q"], per_token["k"], per_token["v"])
         _recurrence_module().fused_sigmoid_gating_delta_rule_update(
-            A_log=window.A_log[layer], a=per_token["a"], dt_bias=window.dt_bias[layer], softplus_beta=1.0,
-            softplus_threshold=20.0, q=q, k=k, v=v, b=per_token["b"],
-            initial_state_source=window.initial[layer].clone(), initial_state_indices=window.slots[rows],
+            A_log=window.A_log[layer],
+            a=per_token["a"],
+            dt_bias=window.dt_bias[layer],
+            softplus_beta=1.0,
+            softplus_threshold=20.0,
+            q=q,
+            k=k,
+            v=v,
+            b=per_token["b"],
+            initial_state_source=window.initial[layer].clone(),
+            initial_state_indices=window.slots[rows],
             cu_seqlens=torch.arange(0, tokens + 1, N, dtype=torch.int32, device=device),
-            use_qk_l2norm_in_kernel=True, is_kda=False, disable_state_update=True, cache_ring=True,
-            replayssm_rawv=window.rawv[layer], replayssm_rawk=window.rawk[layer], replayssm_g=window.g[layer],
+            use_qk_l2norm_in_kernel=True,
+            is_kda=False,
+            disable_state_update=True,
+            cache_ring=True,
+            replayssm_rawv=window.rawv[layer],
+            replayssm_rawk=window.rawk[layer],
+            replayssm_g=window.g[layer],
             replayssm_beta=window.beta[layer],
         )
     return window
@@ -384,5 +456,3 @@ def note_warmup(outcome: dict) -> None:
 def read_records(folder: Path | None = None, sglang_dir: Path | None = None) -> list:
     """Every process's self-check record (`records.read`, scoped to `sglang_dir`), newest first."""
     return sorted(records.read("selfcheck", folder, sglang_dir), key=lambda r: r.get("time", 0), reverse=True)
-
-

@@ -51,8 +51,11 @@ def warm_before_serving() -> dict | None:
     kind = fold.chosen()[0]
     if kind == "overlay-triton":
         return None
-    role = ("SGLang's fold commits" if kind == "sglang" else
-            "the overlay's CUDA kernel commits; a call it does not take runs SGLang's fold")
+    role = (
+        "SGLang's fold commits"
+        if kind == "sglang"
+        else "the overlay's CUDA kernel commits; a call it does not take runs SGLang's fold"
+    )
     try:
         _after_next_pool(lambda pool: _warm(pool, role))
     except Exception as err:  # a MambaPool of another shape: the first commit compiles, as in stock
@@ -94,8 +97,11 @@ def _warm(mamba_pool, role: str) -> dict:
     started = time.monotonic()
     try:
         spec_state = mamba_pool.get_speculative_mamba2_params_all_layers()
-        pool = {**describe_pool(spec_state), "conv": [list(t.shape[2:]) for t in spec_state.conv],
-                "conv_window_rows": [int(t.shape[1]) for t in spec_state.intermediate_conv_window]}
+        pool = {
+            **describe_pool(spec_state),
+            "conv": [list(t.shape[2:]) for t in spec_state.conv],
+            "conv_window_rows": [int(t.shape[1]) for t in spec_state.intermediate_conv_window],
+        }
         with _counted_compiles() as counts:
             for track in (False, True):
                 fold.sglang_commit(**_padded_commit(spec_state, track))
@@ -103,8 +109,9 @@ def _warm(mamba_pool, role: str) -> dict:
     except Exception as err:
         return _recorded("error", f"{type(err).__name__}: {err}")
     seconds = round(time.monotonic() - started, 3)
-    return _recorded("compiled", f"in {seconds:.2f} s on the pool that serves ({role})", pool=pool, seconds=seconds,
-                     **counts)
+    return _recorded(
+        "compiled", f"in {seconds:.2f} s on the pool that serves ({role})", pool=pool, seconds=seconds, **counts
+    )
 
 
 @contextlib.contextmanager
@@ -147,10 +154,15 @@ def _padded_commit(spec_state, track: bool) -> dict:
     device = spec_state.temporal.device
     padded = dict(dtype=torch.int32, device=device)
     wide = dict(dtype=torch.int64, device=device)
-    return dict(spec_state=spec_state, state_batch_indices=torch.full((PADDED_ROWS,), -1, **padded),
-                accept_lens=torch.zeros(PADDED_ROWS, **padded), last_correct_step_indices=None,
-                mamba_track_indices=torch.full((PADDED_ROWS,), -1, **wide) if track else None,
-                mamba_steps_to_track=torch.full((PADDED_ROWS,), -1, **wide) if track else None, null_block_id=-1)
+    return dict(
+        spec_state=spec_state,
+        state_batch_indices=torch.full((PADDED_ROWS,), -1, **padded),
+        accept_lens=torch.zeros(PADDED_ROWS, **padded),
+        last_correct_step_indices=None,
+        mamba_track_indices=torch.full((PADDED_ROWS,), -1, **wide) if track else None,
+        mamba_steps_to_track=torch.full((PADDED_ROWS,), -1, **wide) if track else None,
+        null_block_id=-1,
+    )
 
 
 def _recorded(outcome: str, detail: str, **facts) -> dict:
@@ -160,8 +172,10 @@ def _recorded(outcome: str, detail: str, **facts) -> dict:
     if outcome == "compiled":
         logger.info("replayssm-overlay: SGLang's fold compiled before serving %s", detail)
     elif outcome == "error":
-        logger.warning("replayssm-overlay: SGLang's fold could not be compiled before serving (%s); the first "
-                       "commit compiles it", detail)
+        logger.warning(
+            "replayssm-overlay: SGLang's fold could not be compiled before serving (%s); the first commit compiles it",
+            detail,
+        )
     elif outcome == "pending":
         logger.info("replayssm-overlay: SGLang's fold will be compiled %s", detail)
     else:

@@ -34,8 +34,9 @@ def per_request(gen: Generation) -> RequestAcceptance:
     else:
         verify, accept = None, None
     rate = meta.get("spec_accept_rate")
-    return RequestAcceptance(gen.prompt.id, gen.prompt.cls, completion, verify, accept,
-                             rate if isinstance(rate, (int, float)) else None)
+    return RequestAcceptance(
+        gen.prompt.id, gen.prompt.cls, completion, verify, accept, rate if isinstance(rate, (int, float)) else None
+    )
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -41,8 +41,10 @@ def _node(value: str) -> tuple[str, str]:
 def _fraction(value: str) -> float:
     number = float(value)
     if not 0.0 <= number < 1.0:
-        raise argparse.ArgumentTypeError(f"{value} is not a fraction in [0, 1): a tolerance of 1 or more passes "
-                                         "anything, a negative one asks the canary to beat the old nodes")
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a fraction in [0, 1): a tolerance of 1 or more passes "
+            "anything, a negative one asks the canary to beat the old nodes"
+        )
     return number
 
 
@@ -62,7 +64,8 @@ def baseline(model: list[str], algorithm: str | None, path: str | None) -> float
             f"{source}: profile {profile.name!r} (model {model[0]!r}) has no baseline_accept_length: the bake "
             "compares the canary's acceptance with it",
             "add baseline_accept_length: {<class>: <value>, ...} to that profile (measured on a node known to be "
-            "good), or name a thresholds file (sglang_bake_thresholds) whose profile for this model has one")
+            "good), or name a thresholds file (sglang_bake_thresholds) whose profile for this model has one",
+        )
     return min(profile.baseline_accept_length.values())
 
 
@@ -72,9 +75,11 @@ def _read(nodes: list[tuple[str, str]]) -> dict[str, dict]:
         try:
             readings[name] = bake_rows.reading(httpclient.get_text(url + "/metrics", READ_TIMEOUT_S))
         except SmokeEnvironmentError as exc:
-            raise SmokeEnvironmentError(f"{name}: cannot read {url}/metrics for the bake: {exc.what}",
-                                        "start SGLang with --enable-metrics (sglang_flags) and check that the "
-                                        "controller reaches the node as the router does") from None
+            raise SmokeEnvironmentError(
+                f"{name}: cannot read {url}/metrics for the bake: {exc.what}",
+                "start SGLang with --enable-metrics (sglang_flags) and check that the "
+                "controller reaches the node as the router does",
+            ) from None
     return readings
 
 
@@ -91,9 +96,17 @@ def measure(args) -> dict:
         if served >= args.min_requests or waited + args.poll > args.max_wait:
             break
         time.sleep(args.poll)
-    return {"canary": canary[0], "old": [name for name, _ in old], "seconds": args.seconds,
-            "waited_s": round(max(0.0, waited), 1), "min_requests": args.min_requests,
-            "started": started, "ended": time.time(), "start": start, "end": end}
+    return {
+        "canary": canary[0],
+        "old": [name for name, _ in old],
+        "seconds": args.seconds,
+        "waited_s": round(max(0.0, waited), 1),
+        "min_requests": args.min_requests,
+        "started": started,
+        "ended": time.time(),
+        "start": start,
+        "end": end,
+    }
 
 
 def _overlay(path: str | None) -> dict | None:
@@ -111,16 +124,36 @@ def judge(args) -> dict:
     canary = bake_rows.window(doc["start"][doc["canary"]], doc["end"][doc["canary"]])
     old = None
     if doc["old"]:
-        old = bake_rows.window(bake_rows.combined([doc["start"][n] for n in doc["old"]]),
-                               bake_rows.combined([doc["end"][n] for n in doc["old"]]))
-    tol = bake_rows.Tolerances(accept=args.accept_tolerance, aborted=args.aborted_tolerance,
-                               latency=args.latency_tolerance, baseline_fraction=args.baseline_fraction,
-                               min_requests=doc["min_requests"])
-    result = bake_rows.compare(canary, old, baseline(args.model, args.algorithm, args.thresholds), tol,
-                               (_overlay(args.canary_overlay), _overlay(args.old_overlay)))
-    summary = {"verdict": result["verdict"], "canary": doc["canary"], "old": doc["old"], "seconds": doc["seconds"],
-               "waited_s": doc["waited_s"], "started_at": _utc(doc["started"]), "ended_at": _utc(doc["ended"]),
-               "requests": canary["requests"], "failed_rows": result["failed_rows"], "rows": result["rows"]}
+        old = bake_rows.window(
+            bake_rows.combined([doc["start"][n] for n in doc["old"]]),
+            bake_rows.combined([doc["end"][n] for n in doc["old"]]),
+        )
+    tol = bake_rows.Tolerances(
+        accept=args.accept_tolerance,
+        aborted=args.aborted_tolerance,
+        latency=args.latency_tolerance,
+        baseline_fraction=args.baseline_fraction,
+        min_requests=doc["min_requests"],
+    )
+    result = bake_rows.compare(
+        canary,
+        old,
+        baseline(args.model, args.algorithm, args.thresholds),
+        tol,
+        (_overlay(args.canary_overlay), _overlay(args.old_overlay)),
+    )
+    summary = {
+        "verdict": result["verdict"],
+        "canary": doc["canary"],
+        "old": doc["old"],
+        "seconds": doc["seconds"],
+        "waited_s": doc["waited_s"],
+        "started_at": _utc(doc["started"]),
+        "ended_at": _utc(doc["ended"]),
+        "requests": canary["requests"],
+        "failed_rows": result["failed_rows"],
+        "rows": result["rows"],
+    }
     summary["table"] = bake_rows.table(result["rows"])
     summary["headline"] = headline(summary)
     return summary
@@ -129,13 +162,17 @@ def judge(args) -> dict:
 def headline(summary: dict) -> str:
     """One line: what the bake decided, about which canary, on how much traffic."""
     against = ", ".join(summary["old"]) or "no node on the old release"
-    what = {"promote": "PASSED, promote",
-            "fail": "FAILED on " + ", ".join(summary["failed_rows"]),
-            "no-verdict": f"NO VERDICT: the canary served {summary['requests']} request(s), fewer than the "
-                          f"{_min_requests(summary)} a verdict needs, in {summary['seconds']:g} s + "
-                          f"{summary['waited_s']:g} s of waiting"}[summary["verdict"]]
-    return (f"bake of {summary['canary']} against {against}, {summary['seconds']:g} s of live traffic ending "
-            f"{summary['ended_at']}: {what}")
+    what = {
+        "promote": "PASSED, promote",
+        "fail": "FAILED on " + ", ".join(summary["failed_rows"]),
+        "no-verdict": f"NO VERDICT: the canary served {summary['requests']} request(s), fewer than the "
+        f"{_min_requests(summary)} a verdict needs, in {summary['seconds']:g} s + "
+        f"{summary['waited_s']:g} s of waiting",
+    }[summary["verdict"]]
+    return (
+        f"bake of {summary['canary']} against {against}, {summary['seconds']:g} s of live traffic ending "
+        f"{summary['ended_at']}: {what}"
+    )
 
 
 def _min_requests(summary: dict) -> str:
@@ -148,8 +185,11 @@ def _utc(stamp: float) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m replayssm_smoke.bake", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m replayssm_smoke.bake",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="step", required=True)
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("--model", action="append", required=True, help="model path or served name (repeatable)")
@@ -182,8 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check(p: argparse.ArgumentParser, args) -> None:
     if args.seconds <= 0 or args.poll <= 0 or args.seconds < args.poll:
-        p.error(f"a bake of {args.seconds:g} s is shorter than one reading interval ({args.poll:g} s): it could "
-                "not see the canary's traffic change; raise sglang_canary_bake or lower sglang_bake_poll")
+        p.error(
+            f"a bake of {args.seconds:g} s is shorter than one reading interval ({args.poll:g} s): it could "
+            "not see the canary's traffic change; raise sglang_canary_bake or lower sglang_bake_poll"
+        )
     if getattr(args, "min_requests", 1) < 1 or getattr(args, "max_wait", 0) < 0:
         p.error("--min-requests must be at least 1 and --max-wait 0 or more seconds")
 
@@ -195,8 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         _check(p, args)
     try:
         if args.step == "check":
-            print(f"bake settings valid; the model's baseline accept length is "
-                  f"{baseline(args.model, args.algorithm, args.thresholds):g}")
+            print(
+                f"bake settings valid; the model's baseline accept length is "
+                f"{baseline(args.model, args.algorithm, args.thresholds):g}"
+            )
             return EXIT_OK
         if args.step == "measure":
             atomic_write_json(args.out, measure(args))

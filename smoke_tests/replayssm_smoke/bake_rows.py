@@ -18,11 +18,19 @@ from dataclasses import dataclass
 
 from . import promseries
 
-COUNTERS = {"generation_tokens": "sglang:generation_tokens_total", "verify_calls": "sglang:spec_verify_calls_total",
-            "requests": "sglang:num_requests_total", "aborted": "sglang:num_aborted_requests_total"}
+COUNTERS = {
+    "generation_tokens": "sglang:generation_tokens_total",
+    "verify_calls": "sglang:spec_verify_calls_total",
+    "requests": "sglang:num_requests_total",
+    "aborted": "sglang:num_aborted_requests_total",
+}
 HISTOGRAMS = {"ttft": "sglang:time_to_first_token_seconds", "itl": "sglang:inter_token_latency_seconds"}
-LATENCY_ROWS = (("TTFT p50 (s)", "ttft", 0.5), ("TTFT p99 (s)", "ttft", 0.99),
-                ("ITL p50 (s)", "itl", 0.5), ("ITL p99 (s)", "itl", 0.99))
+LATENCY_ROWS = (
+    ("TTFT p50 (s)", "ttft", 0.5),
+    ("TTFT p99 (s)", "ttft", 0.99),
+    ("ITL p50 (s)", "itl", 0.5),
+    ("ITL p99 (s)", "itl", 0.99),
+)
 PASS, FAIL = "ok", "FAIL"
 
 
@@ -40,8 +48,10 @@ class Tolerances:
 def reading(text: str) -> dict:
     """One node's /metrics as the bake keeps it: its counters and latency histogram buckets."""
     series = promseries.samples(text)
-    return {"counters": {key: promseries.total(series, name) or 0.0 for key, name in COUNTERS.items()},
-            "histograms": {key: promseries.buckets(series, name) for key, name in HISTOGRAMS.items()}}
+    return {
+        "counters": {key: promseries.total(series, name) or 0.0 for key, name in COUNTERS.items()},
+        "histograms": {key: promseries.buckets(series, name) for key, name in HISTOGRAMS.items()},
+    }
 
 
 def combined(readings: list[dict]) -> dict:
@@ -63,59 +73,116 @@ def _bounds(counts: dict) -> dict[float, float]:
 def window(start: dict, end: dict) -> dict:
     """What a node group served between two readings."""
     delta = {key: max(0.0, end["counters"][key] - start["counters"][key]) for key in COUNTERS}
-    hist = {key: promseries.subtract(_bounds(end["histograms"][key]), _bounds(start["histograms"][key]))
-            for key in HISTOGRAMS}
-    out = {"requests": int(delta["requests"]), "aborted": int(delta["aborted"]),
-           "aborted_share": delta["aborted"] / delta["requests"] if delta["requests"] else None,
-           "accept_length": delta["generation_tokens"] / delta["verify_calls"] if delta["verify_calls"] else None}
+    hist = {
+        key: promseries.subtract(_bounds(end["histograms"][key]), _bounds(start["histograms"][key]))
+        for key in HISTOGRAMS
+    }
+    out = {
+        "requests": int(delta["requests"]),
+        "aborted": int(delta["aborted"]),
+        "aborted_share": delta["aborted"] / delta["requests"] if delta["requests"] else None,
+        "accept_length": delta["generation_tokens"] / delta["verify_calls"] if delta["verify_calls"] else None,
+    }
     for label, key, q in LATENCY_ROWS:
         out[label] = promseries.quantile(q, hist[key])
     return out
 
 
 def _row(metric: str, canary, old, baseline, tolerance: str, ok: bool | None) -> dict:
-    return {"metric": metric, "canary": canary, "old": old, "baseline": baseline, "tolerance": tolerance,
-            "verdict": "n/a" if ok is None else PASS if ok else FAIL}
+    return {
+        "metric": metric,
+        "canary": canary,
+        "old": old,
+        "baseline": baseline,
+        "tolerance": tolerance,
+        "verdict": "n/a" if ok is None else PASS if ok else FAIL,
+    }
 
 
 def _accept_row(canary: dict, old: dict | None, baseline: float | None, tol: Tolerances) -> dict:
     value, before = canary["accept_length"], (old or {}).get("accept_length")
     floors = ([before * (1 - tol.accept)] if before is not None else []) + (
-        [baseline * tol.baseline_fraction] if baseline is not None else [])
-    words = " and ".join(([f">= old x {1 - tol.accept:.2f}"] if before is not None else [])
-                         + ([f">= baseline x {tol.baseline_fraction:.2f}"] if baseline is not None else []))
+        [baseline * tol.baseline_fraction] if baseline is not None else []
+    )
+    words = " and ".join(
+        ([f">= old x {1 - tol.accept:.2f}"] if before is not None else [])
+        + ([f">= baseline x {tol.baseline_fraction:.2f}"] if baseline is not None else [])
+    )
     ok = None if value is None or not floors else value >= max(floors)
     return _row("accept length", value, before, baseline, words or "-", ok)
 
 
 def _overlay_rows(canary: dict | None, old: dict | None) -> list[dict]:
     if not canary or not old:
-        return [_row("overlay facts", "unknown" if not canary else "read", "unknown" if not old else "read", None,
-                     "same as old", None)]
+        return [
+            _row(
+                "overlay facts",
+                "unknown" if not canary else "read",
+                "unknown" if not old else "read",
+                None,
+                "same as old",
+                None,
+            )
+        ]
     folds = (canary.get("fold_in_use") or [], old.get("fold_in_use") or [])
     new_shapes = sorted(set(canary.get("fallback_shapes") or []) - set(old.get("fallback_shapes") or []))
     outcomes = (sorted(canary.get("selfcheck_outcomes") or {}), sorted(old.get("selfcheck_outcomes") or {}))
-    return [_row("fold in use", ",".join(folds[0]), ",".join(folds[1]), None, "same as old", folds[0] == folds[1]),
-            _row("new fallback shapes", ",".join(new_shapes) or "none", "-", None, "none", not new_shapes),
-            _row("self-check outcomes", ",".join(outcomes[0]) or "none", ",".join(outcomes[1]) or "none", None,
-                 "none the old nodes lack", set(outcomes[0]) <= set(outcomes[1]))]
+    return [
+        _row("fold in use", ",".join(folds[0]), ",".join(folds[1]), None, "same as old", folds[0] == folds[1]),
+        _row("new fallback shapes", ",".join(new_shapes) or "none", "-", None, "none", not new_shapes),
+        _row(
+            "self-check outcomes",
+            ",".join(outcomes[0]) or "none",
+            ",".join(outcomes[1]) or "none",
+            None,
+            "none the old nodes lack",
+            set(outcomes[0]) <= set(outcomes[1]),
+        ),
+    ]
 
 
-def compare(canary: dict, old: dict | None, baseline: float | None, tol: Tolerances,
-            overlay: tuple[dict | None, dict | None] = (None, None)) -> dict:
+def compare(
+    canary: dict,
+    old: dict | None,
+    baseline: float | None,
+    tol: Tolerances,
+    overlay: tuple[dict | None, dict | None] = (None, None),
+) -> dict:
     """The bake's verdict: `promote`, `fail` (a row failed) or `no-verdict` (the canary served too few
     requests), with one row per comparison. `old` is None when no node is left on the old release."""
-    rows = [_row("requests", canary["requests"], (old or {}).get("requests"), None,
-                 f"canary >= {tol.min_requests}", canary["requests"] >= tol.min_requests),
-            _accept_row(canary, old, baseline, tol),
-            _row("aborted share", canary["aborted_share"], (old or {}).get("aborted_share"), None,
-                 f"<= old + {tol.aborted:.3f}",
-                 None if canary["aborted_share"] is None else
-                 canary["aborted_share"] <= ((old or {}).get("aborted_share") or 0.0) + tol.aborted)]
+    rows = [
+        _row(
+            "requests",
+            canary["requests"],
+            (old or {}).get("requests"),
+            None,
+            f"canary >= {tol.min_requests}",
+            canary["requests"] >= tol.min_requests,
+        ),
+        _accept_row(canary, old, baseline, tol),
+        _row(
+            "aborted share",
+            canary["aborted_share"],
+            (old or {}).get("aborted_share"),
+            None,
+            f"<= old + {tol.aborted:.3f}",
+            None
+            if canary["aborted_share"] is None
+            else canary["aborted_share"] <= ((old or {}).get("aborted_share") or 0.0) + tol.aborted,
+        ),
+    ]
     for label, _, _ in LATENCY_ROWS:
         value, before = canary[label], (old or {}).get(label)
-        rows.append(_row(label, value, before, None, f"<= old x {1 + tol.latency:.2f}",
-                         None if value is None or before is None else value <= before * (1 + tol.latency)))
+        rows.append(
+            _row(
+                label,
+                value,
+                before,
+                None,
+                f"<= old x {1 + tol.latency:.2f}",
+                None if value is None or before is None else value <= before * (1 + tol.latency),
+            )
+        )
     rows += _overlay_rows(*overlay)
     if canary["requests"] < tol.min_requests:
         verdict = "no-verdict"
@@ -135,8 +202,11 @@ def _cell(value) -> str:
 def table(rows: list[dict]) -> str:
     """The side-by-side table: metric, canary, old nodes, baseline, tolerance, verdict."""
     head = ("metric", "canary", "old nodes", "baseline", "tolerance", "verdict")
-    body = [(r["metric"], _cell(r["canary"]), _cell(r["old"]), _cell(r["baseline"]), r["tolerance"], r["verdict"])
-            for r in rows]
+    body = [
+        (r["metric"], _cell(r["canary"]), _cell(r["old"]), _cell(r["baseline"]), r["tolerance"], r["verdict"])
+        for r in rows
+    ]
     widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-                     for line in (head, *body))
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in (head, *body)
+    )

@@ -34,8 +34,12 @@ class TeacherForced:
 
 
 def _triple(url: str, value, where: str) -> tuple[float, int]:
-    if (not isinstance(value, list) or len(value) < 2 or not isinstance(value[0], (int, float))
-            or not isinstance(value[1], int)):
+    if (
+        not isinstance(value, list)
+        or len(value) < 2
+        or not isinstance(value[0], (int, float))
+        or not isinstance(value[1], int)
+    ):
         raise malformed(url, f"{where} is not a [logprob, token_id, text] triple: {value!r}")
     return float(value[0]), value[1]
 
@@ -52,9 +56,17 @@ def teacher_force(url: str, gen: Generation, top_k: int, tie_margin: float, dead
     answer = deadline.post_json(url + "/generate", payload)
     meta = check_answer(url, answer, gen.prompt.id)
     tops, toks = meta.get("input_top_logprobs"), meta.get("input_token_logprobs")
-    if not isinstance(tops, list) or not isinstance(toks, list) or len(tops) != len(out) + 1 or len(toks) != len(out) + 1:
-        raise malformed(url, f"teacher-forced answer for {gen.prompt.id} lacks input_top_logprobs/"
-                             f"input_token_logprobs of length {len(out) + 1}")
+    if (
+        not isinstance(tops, list)
+        or not isinstance(toks, list)
+        or len(tops) != len(out) + 1
+        or len(toks) != len(out) + 1
+    ):
+        raise malformed(
+            url,
+            f"teacher-forced answer for {gen.prompt.id} lacks input_top_logprobs/"
+            f"input_token_logprobs of length {len(out) + 1}",
+        )
     result = TeacherForced(gen.prompt.id, [], [], [])
     for i, got in enumerate(out):
         got_lp, got_id = _triple(url, toks[i + 1], f"input_token_logprobs[{i + 1}]")
@@ -69,8 +81,15 @@ def teacher_force(url: str, gen: Generation, top_k: int, tie_margin: float, dead
         if best_id == got:
             continue
         margin = best_lp - got_lp
-        record = {"prompt_id": gen.prompt.id, "position": i, "expected": best_id, "got": got,
-                  "margin": margin, "expected_logprob": best_lp, "got_logprob": got_lp}
+        record = {
+            "prompt_id": gen.prompt.id,
+            "position": i,
+            "expected": best_id,
+            "got": got,
+            "margin": margin,
+            "expected_logprob": best_lp,
+            "got_logprob": got_lp,
+        }
         (result.ties if margin <= tie_margin else result.violations).append(record)
     return result
 
@@ -95,9 +114,14 @@ def first_divergence(target: list[int], reference: list[int], tf: TeacherForced,
     if pos is None:
         if len(target) == len(reference):
             return None
-        return {"position": n, "target_token": target[n] if n < len(target) else None,
-                "reference_token": reference[n] if n < len(reference) else None,
-                "tie": False, "margin": None, "note": "one side stopped earlier"}
+        return {
+            "position": n,
+            "target_token": target[n] if n < len(target) else None,
+            "reference_token": reference[n] if n < len(reference) else None,
+            "tie": False,
+            "margin": None,
+            "note": "one side stopped earlier",
+        }
     t, r = target[pos], reference[pos]
     row = tf.positions[pos]
     lp = {tid: lp for lp, tid in row["top"]}
@@ -112,8 +136,14 @@ def first_divergence(target: list[int], reference: list[int], tf: TeacherForced,
     return {"position": pos, "target_token": t, "reference_token": r, "tie": tie, "margin": margin, "note": note}
 
 
-def parity(gens: list[Generation], tfs: dict[str, TeacherForced], reference: dict[str, tuple[list[int], list[int]]],
-           against: str, tie_margin: float, strict: bool) -> dict:
+def parity(
+    gens: list[Generation],
+    tfs: dict[str, TeacherForced],
+    reference: dict[str, tuple[list[int], list[int]]],
+    against: str,
+    tie_margin: float,
+    strict: bool,
+) -> dict:
     """reference: prompt id -> (prompt token ids, output ids) from the reference server or golden file."""
     first: dict[str, dict | None] = {}
     for gen in gens:
@@ -121,7 +151,8 @@ def parity(gens: list[Generation], tfs: dict[str, TeacherForced], reference: dic
         if list(ref_prompt) != list(gen.prompt_ids):
             raise SmokeEnvironmentError(
                 f"prompt {gen.prompt.id!r} tokenizes differently on the target and the {against}",
-                "parity needs the same model and tokenizer on both sides (re-record the golden file if the prompts changed)",
+                "parity needs the same model and tokenizer on both sides (re-record the golden file if the prompts "
+                "changed)",
             )
         first[gen.prompt.id] = first_divergence(gen.output_ids, ref_out, tfs[gen.prompt.id], tie_margin)
     diverged = {k: v for k, v in first.items() if v is not None}

@@ -26,17 +26,26 @@ def collect(acceptance: dict[str, dict], cross: dict, teacher_forced: dict, pari
     else:
         detail = cross["note"] or "not gated"
     gates.append(_gate("acceptance.metrics_cross_check", cross["passed"], detail.strip()))
-    first = "; ".join(f"{v['prompt_id']} at {v['position']}: expected {v['expected']} got {v['got']}"
-                      for v in teacher_forced["violations"][:3])
-    gates.append(_gate("exactness.teacher_forced", teacher_forced["passed"],
-                       f"{len(teacher_forced['violations'])} violation(s), {len(teacher_forced['ties'])} tie(s) "
-                       f"in {teacher_forced['checked_tokens']} tokens" + (f" (first: {first})" if first else "")))
+    first = "; ".join(
+        f"{v['prompt_id']} at {v['position']}: expected {v['expected']} got {v['got']}"
+        for v in teacher_forced["violations"][:3]
+    )
+    gates.append(
+        _gate(
+            "exactness.teacher_forced",
+            teacher_forced["passed"],
+            f"{len(teacher_forced['violations'])} violation(s), {len(teacher_forced['ties'])} tie(s) "
+            f"in {teacher_forced['checked_tokens']} tokens" + (f" (first: {first})" if first else ""),
+        )
+    )
     if parity.get("skipped"):
         detail = parity["skipped"]
     else:
-        detail = (f"{parity['prompts_matching']}/{parity['prompts']} identical; failing: "
-                  f"{', '.join(parity['failing']) or 'none'}; diverged at a tie: "
-                  f"{', '.join(parity['diverged_at_tie']) or 'none'}")
+        detail = (
+            f"{parity['prompts_matching']}/{parity['prompts']} identical; failing: "
+            f"{', '.join(parity['failing']) or 'none'}; diverged at a tie: "
+            f"{', '.join(parity['diverged_at_tie']) or 'none'}"
+        )
     gates.append(_gate("exactness.parity", parity["passed"], detail))
     return gates
 

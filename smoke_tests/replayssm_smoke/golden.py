@@ -26,8 +26,12 @@ def write(path: str, server: dict, gens: list[Generation]) -> None:
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "server": server,
         "prompts": {
-            g.prompt.id: {"class": g.prompt.cls, "max_new_tokens": g.prompt.max_new_tokens,
-                          "prompt_token_ids": g.prompt_ids, "output_ids": g.output_ids}
+            g.prompt.id: {
+                "class": g.prompt.cls,
+                "max_new_tokens": g.prompt.max_new_tokens,
+                "prompt_token_ids": g.prompt_ids,
+                "output_ids": g.output_ids,
+            }
             for g in gens
         },
     }
@@ -53,7 +57,9 @@ def load(path: str, prompts: list[Prompt]) -> tuple[dict, dict[str, tuple[list[i
         if entry.get("max_new_tokens") != p.max_new_tokens:
             raise SmokeEnvironmentError(
                 f"{path}: prompt {p.id!r} was recorded with max_new_tokens {entry.get('max_new_tokens')}, "
-                f"this run uses {p.max_new_tokens}", fix)
+                f"this run uses {p.max_new_tokens}",
+                fix,
+            )
         ids, outs = entry.get("prompt_token_ids"), entry.get("output_ids")
         if not isinstance(ids, list) or not isinstance(outs, list):
             raise SmokeEnvironmentError(f"{path}: prompt {p.id!r} lacks prompt_token_ids/output_ids", fix)

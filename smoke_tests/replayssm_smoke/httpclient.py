@@ -30,8 +30,10 @@ class RequestTimeout(SmokeEnvironmentError):
     code = "request-timeout"
 
     def __init__(self, url: str, timeout: float) -> None:
-        super().__init__(f"{url} did not answer within {timeout:.1f} s",
-                         "raise --timeout (per request) or --deadline (whole run) for a slow server")
+        super().__init__(
+            f"{url} did not answer within {timeout:.1f} s",
+            "raise --timeout (per request) or --deadline (whole run) for a slow server",
+        )
 
 
 def _request(url: str, data: bytes | None, timeout: float) -> bytes:
@@ -43,7 +45,7 @@ def _request(url: str, data: bytes | None, timeout: float) -> bytes:
     except urllib.error.HTTPError as exc:
         body = exc.read().decode("utf-8", errors="replace") if exc.fp else ""
         raise HttpStatusError(url, exc.code, body) from None
-    except (socket.timeout, TimeoutError) as exc:
+    except TimeoutError as exc:
         raise RequestTimeout(url, timeout) from exc
     except (urllib.error.URLError, ConnectionError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -7,8 +7,9 @@ import xml.etree.ElementTree as ET
 
 def render(report: dict) -> str:
     gates = report.get("gates", [])
-    suite = ET.Element("testsuite", name="replayssm-smoke", tests=str(max(1, len(gates))),
-                       time=f"{report.get('duration_s', 0.0):.3f}")
+    suite = ET.Element(
+        "testsuite", name="replayssm-smoke", tests=str(max(1, len(gates))), time=f"{report.get('duration_s', 0.0):.3f}"
+    )
     failures = errors = skipped = 0
     if report.get("error"):
         case = ET.SubElement(suite, "testcase", classname="replayssm_smoke", name="environment")

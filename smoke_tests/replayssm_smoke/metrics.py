@@ -44,10 +44,19 @@ def snapshot(url: str, timeout: float) -> dict[str, float] | None:
         return None
 
 
-def cross_check(before: dict | None, after: dict | None, from_requests: float | None,
-                max_relative_diff: float | None) -> dict:
-    result = {"available": False, "accept_length_from_metrics": None, "accept_length_from_requests": from_requests,
-              "relative_diff": None, "max_relative_diff": max_relative_diff, "passed": None, "gauges": {}, "note": ""}
+def cross_check(
+    before: dict | None, after: dict | None, from_requests: float | None, max_relative_diff: float | None
+) -> dict:
+    result = {
+        "available": False,
+        "accept_length_from_metrics": None,
+        "accept_length_from_requests": from_requests,
+        "relative_diff": None,
+        "max_relative_diff": max_relative_diff,
+        "passed": None,
+        "gauges": {},
+        "note": "",
+    }
     if before is None or after is None:
         result["note"] = "no /metrics (start the server with --enable-metrics to cross-check)"
         return result

@@ -42,8 +42,9 @@ def target_row(target: dict) -> exactness.Row:
     """The row of the exactness table that the target server's summary falls in (its GPU unknown here:
     a flag combination that verifies with FlashInfer's MTP kernel on SM90/SM100 counts as doing so)."""
     version = str(target.get("sglang_version") or "")
-    tree_protocol = (protocol.RING if version in RING_RELEASES else protocol.FOLD if version in SUPPORTED_RELEASES
-                     else None)
+    tree_protocol = (
+        protocol.RING if version in RING_RELEASES else protocol.FOLD if version in SUPPORTED_RELEASES else None
+    )
     return exactness.row_for(tree_protocol, target.get("mamba_ssm_dtype"), stock_verify_kernel(target))
 
 
@@ -53,21 +54,30 @@ def choose(requested: str, target: dict, reference: dict | None) -> tuple[str, s
     if requested != "auto":
         return requested, f"--parity {requested}"
     if not (reference and reference.get("speculative_algorithm")):
-        return TIE_AWARE, ("the reference decodes without speculation: plain and speculative decoding agree "
-                           "only up to near-ties in stock SGLang too")
+        return TIE_AWARE, (
+            "the reference decodes without speculation: plain and speculative decoding agree "
+            "only up to near-ties in stock SGLang too"
+        )
     if not same_algorithm_replayssm_off(target, reference):
-        return TIE_AWARE, (f"the reference runs {reference['speculative_algorithm']} but not the target's "
-                           "algorithm and draft length with ReplaySSM off")
+        return TIE_AWARE, (
+            f"the reference runs {reference['speculative_algorithm']} but not the target's "
+            "algorithm and draft length with ReplaySSM off"
+        )
     row = target_row(target)
-    where = f"the target is row {row.key} of \"What is bitwise where\" (SGLang {target.get('sglang_version')})"
+    where = f'the target is row {row.key} of "What is bitwise where" (SGLang {target.get("sglang_version")})'
     if exactness.strict_against(row, reference):
-        return STRICT, (f"the reference runs {reference['speculative_algorithm']} with "
-                        f"{reference.get('speculative_num_draft_tokens')} draft tokens and ReplaySSM off, verifying "
-                        f"with Triton ({given_flags(reference)}), and {where}: turning ReplaySSM on must change "
-                        "no token")
+        return STRICT, (
+            f"the reference runs {reference['speculative_algorithm']} with "
+            f"{reference.get('speculative_num_draft_tokens')} draft tokens and ReplaySSM off, verifying "
+            f"with Triton ({given_flags(reference)}), and {where}: turning ReplaySSM on must change "
+            "no token"
+        )
     if row.parity == STRICT:
-        return TIE_AWARE, (f"{where}, but the reference ({given_flags(reference)}, --mamba-ssm-dtype "
-                           f"{reference.get('mamba_ssm_dtype') or 'unset'}) may verify with FlashInfer's MTP kernel "
-                           f"or keep another state: strict parity needs {row.reference}")
-    return TIE_AWARE, (f"{where}: {row.statement.format(state=target.get('mamba_ssm_dtype'))}; strict parity: "
-                       f"{row.reference}")
+        return TIE_AWARE, (
+            f"{where}, but the reference ({given_flags(reference)}, --mamba-ssm-dtype "
+            f"{reference.get('mamba_ssm_dtype') or 'unset'}) may verify with FlashInfer's MTP kernel "
+            f"or keep another state: strict parity needs {row.reference}"
+        )
+    return TIE_AWARE, (
+        f"{where}: {row.statement.format(state=target.get('mamba_ssm_dtype'))}; strict parity: {row.reference}"
+    )

@@ -25,8 +25,7 @@ _BASELINE_SAMPLE = re.compile(BASELINE + r'\{(?:.*,)?class="((?:[^"\\]|\\.)*)"[^
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 EXACTNESS_HELP = "1 if the exactness check of the last run passed, per check (teacher_forced, parity when run)."
 DIVERGENCES_HELP = (
-    "Divergences of the last run: teacher-forced violations and ties, parity prompts that failed or "
-    "diverged at a tie."
+    "Divergences of the last run: teacher-forced violations and ties, parity prompts that failed or diverged at a tie."
 )
 
 

@@ -82,8 +82,9 @@ def _read(path: str) -> str:
         raise SmokeEnvironmentError(f"cannot read prompts file {path}: {exc}", "check the --prompts path") from None
 
 
-def load_prompts(replace: list[str] | None, extend: list[str] | None, default_max_new: int,
-                 classes: list[str] | None = None) -> list[Prompt]:
+def load_prompts(
+    replace: list[str] | None, extend: list[str] | None, default_max_new: int, classes: list[str] | None = None
+) -> list[Prompt]:
     """Built-in prompts (or the --prompts files instead), plus --add-prompts files, optionally filtered."""
     sources = (replace or [BUILTIN]) + (extend or [])
     prompts: list[Prompt] = []
@@ -99,8 +100,10 @@ def load_prompts(replace: list[str] | None, extend: list[str] | None, default_ma
     if classes:
         unknown = set(classes) - {p.cls for p in prompts}
         if unknown:
-            raise SmokeEnvironmentError(f"--classes names classes with no prompts: {sorted(unknown)}",
-                                        f"choose among {sorted({p.cls for p in prompts})}")
+            raise SmokeEnvironmentError(
+                f"--classes names classes with no prompts: {sorted(unknown)}",
+                f"choose among {sorted({p.cls for p in prompts})}",
+            )
         prompts = [p for p in prompts if p.cls in classes]
     if not prompts:
         raise SmokeEnvironmentError(f"no prompts in {', '.join(sources)}", "give a JSONL file with at least one prompt")

@@ -31,8 +31,10 @@ class Deadline:
         return min(self.request_timeout_s, left)
 
     def _expired(self) -> SmokeEnvironmentError:
-        return SmokeEnvironmentError(f"the run exceeded its deadline of {self.total_s:g} s",
-                                     "raise --deadline, lower --max-new-tokens, or use fewer prompts")
+        return SmokeEnvironmentError(
+            f"the run exceeded its deadline of {self.total_s:g} s",
+            "raise --deadline, lower --max-new-tokens, or use fewer prompts",
+        )
 
     def post_json(self, url: str, payload: dict):
         """POST with the request timeout cut to the run's remaining time."""
@@ -58,8 +60,10 @@ class Generation:
 
 
 def malformed(url: str, what: str) -> SmokeEnvironmentError:
-    return SmokeEnvironmentError(f"malformed /generate response from {url}: {what}",
-                                 "is this SGLang 0.5.19's native /generate? check the server's version and logs")
+    return SmokeEnvironmentError(
+        f"malformed /generate response from {url}: {what}",
+        "is this SGLang 0.5.19's native /generate? check the server's version and logs",
+    )
 
 
 def check_answer(url: str, answer, prompt_id: str) -> dict:
@@ -69,8 +73,10 @@ def check_answer(url: str, answer, prompt_id: str) -> dict:
         raise malformed(url, f"the answer for {prompt_id} has no meta_info object")
     reason = meta.get("finish_reason")
     if isinstance(reason, dict) and reason.get("type") == "abort":
-        raise SmokeEnvironmentError(f"{url} aborted the request for {prompt_id}: {reason.get('message')}",
-                                    "check the server log; the prompt may be too long for its context")
+        raise SmokeEnvironmentError(
+            f"{url} aborted the request for {prompt_id}: {reason.get('message')}",
+            "check the server log; the prompt may be too long for its context",
+        )
     return meta
 
 
@@ -101,7 +107,9 @@ def generate(url: str, prompt: Prompt, deadline: Deadline) -> Generation:
     if not _token_list(prompt_ids) or not prompt_ids:
         raise malformed(url, "no prompt_token_ids although return_prompt_token_ids was set")
     if meta["completion_tokens"] != len(out["output_ids"]):
-        raise malformed(url, f"completion_tokens {meta['completion_tokens']} != len(output_ids) {len(out['output_ids'])}")
+        raise malformed(
+            url, f"completion_tokens {meta['completion_tokens']} != len(output_ids) {len(out['output_ids'])}"
+        )
     return Generation(prompt, prompt_ids, out["output_ids"], meta, wall)
 
 

@@ -71,14 +71,20 @@ def wait_healthy(url: str, wait_s: float, timeout: float, progress) -> None:
         if status == 200:
             return
         if status == 404:
-            raise SmokeEnvironmentError(f"{url} has no /health endpoint: not an SGLang server",
-                                        "point the URL at the SGLang HTTP port (python -m sglang.launch_server --port)")
+            raise SmokeEnvironmentError(
+                f"{url} has no /health endpoint: not an SGLang server",
+                "point the URL at the SGLang HTTP port (python -m sglang.launch_server --port)",
+            )
         if time.monotonic() >= deadline:
             if status == 0:
-                raise SmokeEnvironmentError(f"cannot reach {url}/health",
-                                            "check the URL and that the server is up; --wait S waits for a starting server")
-            raise SmokeEnvironmentError(f"{url}/health answered {status}: the server is not healthy",
-                                        "wait for it to finish starting (--wait S) or check its logs")
+                raise SmokeEnvironmentError(
+                    f"cannot reach {url}/health",
+                    "check the URL and that the server is up; --wait S waits for a starting server",
+                )
+            raise SmokeEnvironmentError(
+                f"{url}/health answered {status}: the server is not healthy",
+                "wait for it to finish starting (--wait S) or check its logs",
+            )
         progress(f"waiting for {url}/health (answered {status or 'nothing'})")
         time.sleep(min(0.5, max(0.05, deadline - time.monotonic())))
 

@@ -3,7 +3,8 @@
 The profile is picked by glob on the served model's path/name (first match wins) and, optionally, the
 speculative algorithm. A profile may also hold the model's measured accept length per class
 (`baseline_accept_length`): not a gate, the reference the fleet's alerts compare the periodic smoke and
-the live traffic with (`prom.py`, deploy/monitoring). A user file that sets thresholds for a class with no prompts is an error: a gate
+the live traffic with (`prom.py`, deploy/monitoring). A user file that sets thresholds for a class with no prompts is
+an error: a gate
 that silently checks nothing must not read as a pass. PyYAML is imported when a file is read, not with
 the module, so `replayssm-smoke --help` works without it and a run without it is a clear exit 2.
 """
@@ -21,8 +22,16 @@ from .errors import SmokeEnvironmentError
 
 BUILTIN = "builtin:thresholds.yaml"
 CLASS_KEYS = {"min_mean_accept_length", "min_p10_accept_length"}
-PROFILE_KEYS = {"name", "match", "algorithms", "how_measured", "acceptance", "metrics_max_relative_diff", "tie_margin",
-                "baseline_accept_length"}
+PROFILE_KEYS = {
+    "name",
+    "match",
+    "algorithms",
+    "how_measured",
+    "acceptance",
+    "metrics_max_relative_diff",
+    "tie_margin",
+    "baseline_accept_length",
+}
 
 
 @dataclass(frozen=True)
@@ -44,8 +53,9 @@ class Profile:
 
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise SmokeEnvironmentError(f"{where}: expected a non-negative number, got {value!r}",
-                                    "fix the thresholds file")
+        raise SmokeEnvironmentError(
+            f"{where}: expected a non-negative number, got {value!r}", "fix the thresholds file"
+        )
     return float(value)
 
 
@@ -64,17 +74,23 @@ def _profile(source: str, index: int, raw) -> Profile:
         raise SmokeEnvironmentError(f"{where}: 'algorithms' must be a list of names", "e.g. [DFLASH, DSPARK]")
     acceptance_raw = raw.get("acceptance") or {}
     if not isinstance(acceptance_raw, dict):
-        raise SmokeEnvironmentError(f"{where}: 'acceptance' must map class -> gates", "e.g. code: {min_mean_accept_length: 2.0}")
+        raise SmokeEnvironmentError(
+            f"{where}: 'acceptance' must map class -> gates", "e.g. code: {min_mean_accept_length: 2.0}"
+        )
     acceptance = {}
     for cls, gates in acceptance_raw.items():
         if not isinstance(gates, dict) or not gates or set(gates) - CLASS_KEYS:
-            raise SmokeEnvironmentError(f"{where}: acceptance.{cls} must set some of {sorted(CLASS_KEYS)}",
-                                        "e.g. code: {min_mean_accept_length: 2.0}")
+            raise SmokeEnvironmentError(
+                f"{where}: acceptance.{cls} must set some of {sorted(CLASS_KEYS)}",
+                "e.g. code: {min_mean_accept_length: 2.0}",
+            )
         acceptance[str(cls)] = {k: _number(v, f"{where}: acceptance.{cls}.{k}") for k, v in gates.items()}
     baseline_raw = raw.get("baseline_accept_length") or {}
     if not isinstance(baseline_raw, dict):
-        raise SmokeEnvironmentError(f"{where}: 'baseline_accept_length' must map class -> accept length",
-                                    "e.g. baseline_accept_length: {code: 3.1, prose: 2.4}")
+        raise SmokeEnvironmentError(
+            f"{where}: 'baseline_accept_length' must map class -> accept length",
+            "e.g. baseline_accept_length: {code: 3.1, prose: 2.4}",
+        )
     baseline = {str(cls): _number(v, f"{where}: baseline_accept_length.{cls}") for cls, v in baseline_raw.items()}
     diff, tie = raw.get("metrics_max_relative_diff"), raw.get("tie_margin")
     return Profile(
@@ -97,7 +113,8 @@ def load_profiles(path: str | None) -> tuple[str, list[Profile]]:
         raise SmokeEnvironmentError(
             f"PyYAML is not installed in this Python ({sys.executable}); replayssm-smoke needs it to read {source}",
             f"{sys.executable} -m pip install 'PyYAML>=5.1' (a dependency of sglang-replayssm-overlay; "
-            "installing the wheel without --no-deps brings it)") from None
+            "installing the wheel without --no-deps brings it)",
+        ) from None
     try:
         if path is None:
             text = resources.files(__package__).joinpath("data", "thresholds.yaml").read_text(encoding="utf-8")
@@ -105,11 +122,15 @@ def load_profiles(path: str | None) -> tuple[str, list[Profile]]:
             text = Path(path).read_text(encoding="utf-8")
         doc = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError) as exc:
-        raise SmokeEnvironmentError(f"cannot read thresholds file {source}: {exc}", "check the --thresholds path") from None
+        raise SmokeEnvironmentError(
+            f"cannot read thresholds file {source}: {exc}", "check the --thresholds path"
+        ) from None
     except yaml.YAMLError as exc:
         raise SmokeEnvironmentError(f"{source}: not valid YAML: {exc}", "fix the thresholds file") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("profiles"), list) or not doc["profiles"]:
-        raise SmokeEnvironmentError(f"{source}: expected a top-level 'profiles' list", "see the built-in thresholds.yaml")
+        raise SmokeEnvironmentError(
+            f"{source}: expected a top-level 'profiles' list", "see the built-in thresholds.yaml"
+        )
     return source, [_profile(source, i, raw) for i, raw in enumerate(doc["profiles"])]
 
 
@@ -146,4 +167,5 @@ def require_baseline(source: str, profile: Profile, prompt_classes: set[str], mo
             f"{missing}: the acceptance alerts have nothing to compare with",
             "measure it on a node known to be good (replayssm-smoke --target URL --json; each class's "
             "acceptance.<class>.mean_accept_length) and add baseline_accept_length: {<class>: <value>, ...} to "
-            "that profile, or use a thresholds file whose profile for this model has one")
+            "that profile, or use a thresholds file whose profile for this model has one",
+        )

@@ -20,5 +20,10 @@ def child_env(**extra) -> dict:
 
 def cli(*argv, timeout=300, **env) -> subprocess.CompletedProcess:
     """`python -m replayssm_overlay ARGV` in a child process (`env`: extra variables)."""
-    return subprocess.run([sys.executable, "-m", "replayssm_overlay", *argv], capture_output=True,
-                          text=True, env=child_env(**env), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "replayssm_overlay", *argv],
+        capture_output=True,
+        text=True,
+        env=child_env(**env),
+        timeout=timeout,
+    )

@@ -48,8 +48,10 @@ def test_rebuild_with_the_same_inputs_changes_nothing(artifacts):
 
 def test_a_folder_of_another_source_or_an_older_schema_is_rebuilt(artifacts):
     path = artifacts / af.MANIFEST_NAME
-    for change in ({"cuda": dict(_manifest(artifacts)["cuda"], source_sha256="0" * 64)},
-                   {"schema": "replayssm-overlay-kernels/1", "kernels": []}):
+    for change in (
+        {"cuda": dict(_manifest(artifacts)["cuda"], source_sha256="0" * 64)},
+        {"schema": "replayssm-overlay-kernels/1", "kernels": []},
+    ):
         path.write_text(json.dumps({**_manifest(artifacts), **change}))
         run = cli(*build_args(artifacts), "--json")
         assert run.returncode == 0, run.stderr

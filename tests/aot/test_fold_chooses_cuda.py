@@ -30,7 +30,8 @@ def fresh_choice(monkeypatch, built, tmp_path):
 
 
 def test_the_default_tries_the_cuda_kernel_and_a_node_that_cannot_load_it_commits_with_sglangs_fold(
-        fresh_choice, built, caplog):
+    fresh_choice, built, caplog
+):
     assert fold.describe()["fold"] == "overlay-cuda"  # undecided: what the folder points to
     with caplog.at_level("WARNING", logger="replayssm_overlay.fold"):
         kind, reason, kernels = fold.chosen()

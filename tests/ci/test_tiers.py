@@ -32,9 +32,21 @@ def test_make_test_fast_runs_the_unit_tier_in_random_order():
 
 def test_tests_alone_runs_each_test_in_its_own_process_and_names_who_fails_alone(tmp_path):
     (tmp_path / "test_order.py").write_text(
-        "SEEN = []\n\n\ndef test_writes():\n    SEEN.append(1)\n\n\ndef test_reads():\n    assert SEEN\n")
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "tests_alone.py"), str(tmp_path / "test_order.py"),
-                           "--", "--rootdir", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path)
+        "SEEN = []\n\n\ndef test_writes():\n    SEEN.append(1)\n\n\ndef test_reads():\n    assert SEEN\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "tests_alone.py"),
+            str(tmp_path / "test_order.py"),
+            "--",
+            "--rootdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 of 2 passed alone; failed alone: " in done.stdout and "test_order.py::test_reads" in done.stdout
 

@@ -40,16 +40,21 @@ def _actionlint() -> str:
 
 def test_actionlint_catches_a_broken_workflow(tmp_path):
     broken = tmp_path / "broken.yml"
-    broken.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
-                      "      - run: echo ${{ matrix.missing }}\n")
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ matrix.missing }}\n"
+    )
     proc = subprocess.run([_actionlint(), "-no-color", str(broken)], capture_output=True, text=True)
     assert proc.returncode == 1 and "matrix" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_actionlint_finds_nothing():
     actionlint = _actionlint()
-    proc = subprocess.run([actionlint, "-no-color", *sorted(str(p) for p in WORKFLOWS.glob("*.yml"))],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [actionlint, "-no-color", *sorted(str(p) for p in WORKFLOWS.glob("*.yml"))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "", proc.stdout + proc.stderr
 
 
@@ -70,25 +75,37 @@ def test_release_builds_every_pinned_base_after_the_tests_and_signs_what_it_push
     image = jobs["image"]
     assert set(image["needs"]) == {"tests", "pins"}
     assert image["strategy"]["matrix"] == "${{ fromJSON(needs.pins.outputs.matrix) }}"
-    assert image["permissions"] == {"contents": "read", "packages": "write", "id-token": "write",
-                                    "attestations": "write"}
+    assert image["permissions"] == {
+        "contents": "read",
+        "packages": "write",
+        "id-token": "write",
+        "attestations": "write",
+    }
     steps = {step.get("name", step.get("uses")): step for step in image["steps"]}
     names = steps["Image names"]["run"]
-    assert 'image=$repo:$RELEASE-$LANE-$VERSION' in names and 'moving=$repo:$RELEASE-$LANE' in names
+    assert "image=$repo:$RELEASE-$LANE-$VERSION" in names and "moving=$repo:$RELEASE-$LANE" in names
     order = [step.get("name", step.get("uses")) for step in image["steps"]]
-    assert order.index("Build on the pinned base (pulls it by digest)") < order.index(
-        "Check the image (patched and verified, kernels accepted for sm_90, what it changes)") < order.index(
-        "Push (immutable tag, then the moving one)") < order.index("Sign keyless (GitHub OIDC, Fulcio, Rekor)")
+    assert (
+        order.index("Build on the pinned base (pulls it by digest)")
+        < order.index("Check the image (patched and verified, kernels accepted for sm_90, what it changes)")
+        < order.index("Push (immutable tag, then the moving one)")
+        < order.index("Sign keyless (GitHub OIDC, Fulcio, Rekor)")
+    )
     assert steps["Attest the SBOM"]["with"]["push-to-registry"] is True
     assert steps["Attest the build provenance"]["with"]["subject-digest"] == "${{ steps.push.outputs.digest }}"
     assert "cosign sign --yes" in steps["Sign keyless (GitHub OIDC, Fulcio, Rekor)"]["run"]
 
 
 def test_the_release_matrix_is_the_pinned_bases_of_the_lock():
-    proc = subprocess.run([sys.executable, str(REPO / "docker" / "tools" / "pins.py"), "--json"],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "docker" / "tools" / "pins.py"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pins = json.loads(proc.stdout)
     assert [(p["release"], p["lane"]) for p in pins["include"]] == [("0.5.19", "cu130"), ("0.5.19", "cu129")]
     assert [(p["release"], p["lane"]) for p in pins["unpinned"]] == [(r, "cu130") for r in SUPPORTED_RELEASES[1:]]
-    assert all(p["pin_base"] == f"make pin-base SGLANG_RELEASE={p['release']} CUDA_LANE={p['lane']}"
-               for p in pins["unpinned"])
+    assert all(
+        p["pin_base"] == f"make pin-base SGLANG_RELEASE={p['release']} CUDA_LANE={p['lane']}" for p in pins["unpinned"]
+    )

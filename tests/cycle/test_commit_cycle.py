@@ -11,20 +11,16 @@ import random
 import pytest
 import torch
 
-from harness.cycle import SCENARIOS, Scenario, dflash_track_steps, hook_commit, run_cycle
-from harness.gdn_pool import TinyGDN, build_pool
 from harness import stand_ins
 from harness.context import published
+from harness.cycle import SCENARIOS, Scenario, dflash_track_steps, hook_commit, run_cycle
+from harness.gdn_pool import TinyGDN, build_pool
 from replayssm_overlay.hooks import dflash_commit, dspark_commit
 from replayssm_overlay.hooks.commit import steps_to_track
 
 # Every scenario also runs through the patched worker methods in test_patched_cycle.py; here the hooks
 # are called directly on the ones that exercise the most paths (mixed lengths, padding, tracking).
-DIRECT = [
-    s
-    for s in SCENARIOS
-    if s.name in ("mixed lengths", "padded rows") or (s.tracked and s.algorithm == "DFLASH")
-]
+DIRECT = [s for s in SCENARIOS if s.name in ("mixed lengths", "padded rows") or (s.tracked and s.algorithm == "DFLASH")]
 
 
 @pytest.mark.parametrize("scenario", DIRECT, ids=lambda s: f"{s.name}-{s.algorithm}")
@@ -95,9 +91,7 @@ def _commit_inputs(pool, bs=2):
 
 def _both_hooks_decline(worker, batch, pre, lens):
     with published("DSPARK", speculative_eagle_topk=1):
-        return not dflash_commit(worker, batch, pre, lens) and not dspark_commit(
-            worker, batch, pre, pre + lens, lens
-        )
+        return not dflash_commit(worker, batch, pre, lens) and not dspark_commit(worker, batch, pre, pre + lens, lens)
 
 
 def test_hooks_decline_a_pool_without_replayssm():

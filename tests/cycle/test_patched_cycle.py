@@ -49,9 +49,7 @@ def test_the_protocol_read_from_the_tree_is_the_pool_sglang_builds(reports):
 
 
 def test_patched_dflash_commits_the_track_step(reports):
-    tracked = [
-        r for r in reports["patched"]["cycle"] if r["algorithm"] == "DFLASH" and max(r["track_steps"]) >= 0
-    ]
+    tracked = [r for r in reports["patched"]["cycle"] if r["algorithm"] == "DFLASH" and max(r["track_steps"]) >= 0]
     assert tracked and all(r["checks"]["track slots == decode at track step"] for r in tracked)
     steps = reports["stock"]["dflash_track_steps"]
     assert steps["sglang_dflash_body"] == [-1] * len(steps["commit_lens"]) != steps["expected"]

@@ -53,15 +53,25 @@ def _rollout(fleet, router, image, root: Path, name: str, integration: bool) -> 
         report = load.result()
     if result.rc != 0:
         raise RuntimeError(f"the rollout ({name}) failed:\n{result.output[-4000:]}")
-    return {"row": name, "requests": report["requests"], "failed": report["failed"], "failures": report["failures"],
-            "p50_s": report["latency_s"]["p50"], "p99_s": report["latency_s"]["p99"],
-            "max_s": report["latency_s"]["max"], "rollout_s": round(wall, 1)}
+    return {
+        "row": name,
+        "requests": report["requests"],
+        "failed": report["failed"],
+        "failures": report["failures"],
+        "p50_s": report["latency_s"]["p50"],
+        "p99_s": report["latency_s"]["p99"],
+        "max_s": report["latency_s"]["max"],
+        "rollout_s": round(wall, 1),
+    }
 
 
 def table(rows: list[dict]) -> str:
     head = f"{'':34} {'requests':>8} {'failed':>6} {'p50 s':>7} {'p99 s':>7} {'max s':>7} {'rollout s':>9}"
-    lines = [head] + [f"{r['row']:34} {r['requests']:>8} {r['failed']:>6} {r['p50_s']:>7.3f} {r['p99_s']:>7.3f} "
-                      f"{r['max_s']:>7.3f} {r['rollout_s']:>9.1f}" for r in rows]
+    lines = [head] + [
+        f"{r['row']:34} {r['requests']:>8} {r['failed']:>6} {r['p50_s']:>7.3f} {r['p99_s']:>7.3f} "
+        f"{r['max_s']:>7.3f} {r['rollout_s']:>9.1f}"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -73,8 +83,12 @@ def run(root: Path, retries: bool) -> list[dict]:
         urls = sorted(f"http://{node.address}:30000" for node in fleet.nodes)
         for image in ("v1", "v2"):
             _log(f"deploying {image} (plain), to start from a fleet that holds both images")
-            result = ansible_playbook(fleet, "deploy.yml", write_inventory(
-                fleet, root / f"setup-{image}.json", images[image], sglang_env=ROUTED_ENV), timeout=1800)
+            result = ansible_playbook(
+                fleet,
+                "deploy.yml",
+                write_inventory(fleet, root / f"setup-{image}.json", images[image], sglang_env=ROUTED_ENV),
+                timeout=1800,
+            )
             if result.rc != 0:
                 raise RuntimeError(f"setting up the fleet failed:\n{result.output[-4000:]}")
         rows, plan = [], list(ROWS) + ([RETRY_ROW] if retries else [])
@@ -101,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = run(Path(tmp), args.retries)
     print(table(rows))
     if args.out:
-        args.out.write_text(json.dumps({"rows": rows, "load": {"concurrency": LOAD_CONCURRENCY,
-                                                               "request_s": 0.5}}, indent=1) + "\n")
+        args.out.write_text(
+            json.dumps({"rows": rows, "load": {"concurrency": LOAD_CONCURRENCY, "request_s": 0.5}}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -18,8 +18,9 @@ from tests.deploy.standin_image import build_saved_images
 def _require_root_tools() -> None:
     if os.geteuid() != 0:
         pytest.skip("the rollout tests create network namespaces and Docker daemons: run them as root")
-    missing = [t for t in ("ip", "nsenter", "dockerd", "docker", "debootstrap", "ssh", "rsync")
-               if shutil.which(t) is None]
+    missing = [
+        t for t in ("ip", "nsenter", "dockerd", "docker", "debootstrap", "ssh", "rsync") if shutil.which(t) is None
+    ]
     if missing or not os.path.exists("/usr/sbin/sshd"):
         pytest.fail(f"missing tools for the rollout tests: {missing or ['sshd']}; run scripts/setup-system.sh")
 

@@ -84,8 +84,10 @@ class Node:
     def break_nvidia_smi(self, message: str, rc: int = 9) -> None:
         """Make the node's fake `nvidia-smi` fail like it does without a loaded driver: `message`, exit `rc`."""
         script = self.bin_dir / "nvidia-smi"
-        script.write_text(f"#!/bin/sh\n# fake nvidia-smi of test node {self.name} (tests/deploy)\n"
-                          f"echo {shlex.quote(message)}\nexit {rc}\n")
+        script.write_text(
+            f"#!/bin/sh\n# fake nvidia-smi of test node {self.name} (tests/deploy)\n"
+            f"echo {shlex.quote(message)}\nexit {rc}\n"
+        )
         script.chmod(0o755)
 
     def inventory_vars(self) -> dict:
@@ -107,8 +109,13 @@ class Node:
             return {}
         out = {}
         for c in json.loads(self.dockerd.docker("inspect", *ids).stdout):
-            out[c["Name"].lstrip("/")] = {"id": c["Id"], "image": c["Image"], "running": c["State"]["Running"],
-                                          "started": c["State"]["StartedAt"], "labels": c["Config"]["Labels"] or {}}
+            out[c["Name"].lstrip("/")] = {
+                "id": c["Id"],
+                "image": c["Image"],
+                "running": c["State"]["Running"],
+                "started": c["State"]["StartedAt"],
+                "labels": c["Config"]["Labels"] or {},
+            }
         return out
 
     def start_sshd(self) -> None:
@@ -118,10 +125,22 @@ class Node:
         Path(PRIVSEP_DIR).mkdir(mode=0o755, exist_ok=True)
         log = open(self.root / "ssh" / "sshd.log", "ab")
         try:
-            self.sshd = subprocess.Popen(["nsenter", f"--net=/run/netns/{self.netns}", "--", SSHD, "-D", "-e", "-f",
-                                          str(self.root / "ssh" / "sshd_config")],
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.sshd = subprocess.Popen(
+                [
+                    "nsenter",
+                    f"--net=/run/netns/{self.netns}",
+                    "--",
+                    SSHD,
+                    "-D",
+                    "-e",
+                    "-f",
+                    str(self.root / "ssh" / "sshd_config"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             log.close()
 
@@ -182,8 +201,9 @@ def start_fleet(root: Path, count: int = 3) -> Fleet:
         _make_controller(fleet, f"{subnet}.1/24")
         run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(fleet.key))
         for i in range(1, count + 1):
-            node = Node(name=f"node{i}", netns=f"rso-{tag}-n{i}", address=f"{subnet}.{10 + i}",
-                        root=fleet.root / f"node{i}")
+            node = Node(
+                name=f"node{i}", netns=f"rso-{tag}-n{i}", address=f"{subnet}.{10 + i}", root=fleet.root / f"node{i}"
+            )
             fleet.nodes.append(node)
             _make_node(fleet, node, i)
         for node in fleet.nodes:
@@ -209,8 +229,21 @@ def _make_node(fleet: Fleet, node: Node, index: int) -> None:
     run("ip", "netns", "add", ns)
     fleet.namespaces.append(ns)
     run("ip", "-n", ns, "link", "set", "lo", "up")
-    run("ip", "-n", fleet.controller_ns, "link", "add", f"veth{index}", "type", "veth",
-        "peer", "name", "eth0", "netns", ns)
+    run(
+        "ip",
+        "-n",
+        fleet.controller_ns,
+        "link",
+        "add",
+        f"veth{index}",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        ns,
+    )
     run("ip", "-n", fleet.controller_ns, "link", "set", f"veth{index}", "master", "br0", "up")
     run("ip", "-n", ns, "addr", "add", f"{node.address}/24", "dev", "eth0")
     run("ip", "-n", ns, "link", "set", "eth0", "up")
@@ -229,31 +262,50 @@ def _make_node(fleet: Fleet, node: Node, index: int) -> None:
     run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh / "host_key"))
     shutil.copy(f"{fleet.key}.pub", ssh / "authorized_keys")
     conf = ssh / "sshd_config"
-    conf.write_text("\n".join([
-        "Port 22",
-        f"ListenAddress {node.address}",
-        f"HostKey {ssh / 'host_key'}",
-        f"PidFile {ssh / 'sshd.pid'}",
-        f"AuthorizedKeysFile {ssh / 'authorized_keys'}",
-        "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "StrictModes no",
-        "UseDNS no",
-        "Subsystem sftp /usr/lib/openssh/sftp-server",
-        "",
-    ]))
+    conf.write_text(
+        "\n".join(
+            [
+                "Port 22",
+                f"ListenAddress {node.address}",
+                f"HostKey {ssh / 'host_key'}",
+                f"PidFile {ssh / 'sshd.pid'}",
+                f"AuthorizedKeysFile {ssh / 'authorized_keys'}",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",
+                "UseDNS no",
+                "Subsystem sftp /usr/lib/openssh/sftp-server",
+                "",
+            ]
+        )
+    )
     node.start_sshd()
-    node.dockerd = start_dockerd(node.root / "docker", netns=ns,
-                                 insecure_registries=(f"{fleet.controller_address}:{REGISTRY_PORT}",))
+    node.dockerd = start_dockerd(
+        node.root / "docker", netns=ns, insecure_registries=(f"{fleet.controller_address}:{REGISTRY_PORT}",)
+    )
 
 
 def _wait_for_ssh(fleet: Fleet, node: Node) -> None:
     deadline = time.monotonic() + SSH_READY_TIMEOUT_S
-    cmd = fleet.netns_cmd("ssh", "-i", str(fleet.key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-                          "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=2", "-o", "LogLevel=ERROR",
-                          f"root@{node.address}", "true")
+    cmd = fleet.netns_cmd(
+        "ssh",
+        "-i",
+        str(fleet.key),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "ConnectTimeout=2",
+        "-o",
+        "LogLevel=ERROR",
+        f"root@{node.address}",
+        "true",
+    )
     last = ""
     while time.monotonic() < deadline:
         if node.sshd.poll() is not None:

@@ -48,7 +48,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def _streamed(raw: bytes) -> dict:
     """The last answer of a server-sent event stream, or {"cut": True} when it does not end in `data: [DONE]`."""
-    events = [block[len(b"data: "):] for block in raw.split(b"\n\n") if block.startswith(b"data: ")]
+    events = [block[len(b"data: ") :] for block in raw.split(b"\n\n") if block.startswith(b"data: ")]
     if len(events) < 2 or events[-1] != b"[DONE]":
         return {"cut": True}
     return json.loads(events[-2])
@@ -57,8 +57,9 @@ def _streamed(raw: bytes) -> dict:
 class Load:
     """Sends `requests` requests, `concurrency` at a time, to `url`/generate; `stop()` ends it early."""
 
-    def __init__(self, url: str, requests: int, concurrency: int, max_new_tokens: int = 4, streams: bool = True,
-                 prefix: str = ""):
+    def __init__(
+        self, url: str, requests: int, concurrency: int, max_new_tokens: int = 4, streams: bool = True, prefix: str = ""
+    ):
         self.url = url.rstrip("/") + "/generate"
         self.requests, self.concurrency, self.max_new_tokens = requests, concurrency, max_new_tokens
         self.streams, self.prefix = streams, prefix
@@ -79,8 +80,13 @@ class Load:
 
     def _one(self, index: int) -> dict:
         stream = self.streams and index % 2 == 1
-        body = json.dumps({"text": f"{self.prefix}request {index}: the capital of France is", "stream": stream,
-                           "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0}}).encode()
+        body = json.dumps(
+            {
+                "text": f"{self.prefix}request {index}: the capital of France is",
+                "stream": stream,
+                "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0},
+            }
+        ).encode()
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
         start = time.time()
         outcome = "ok"
@@ -115,27 +121,56 @@ class Load:
             if r["outcome"] != "ok":
                 failures[r["outcome"]] = failures.get(r["outcome"], 0) + 1
         latencies = [r["end"] - r["start"] for r in records if r["outcome"] == "ok"]
-        return {"url": self.url, "requests": len(records), "failed": sum(failures.values()), "failures": failures,
-                "concurrency": self.concurrency, "started": started, "wall_s": round(ended - started, 2),
-                "latency_s": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
-                              "max": max(latencies, default=None)},
-                "stopped_early": self._stopping.is_set() and len(records) < self.requests, "records": records}
+        return {
+            "url": self.url,
+            "requests": len(records),
+            "failed": sum(failures.values()),
+            "failures": failures,
+            "concurrency": self.concurrency,
+            "started": started,
+            "wall_s": round(ended - started, 2),
+            "latency_s": {
+                "p50": percentile(latencies, 50),
+                "p99": percentile(latencies, 99),
+                "max": max(latencies, default=None),
+            },
+            "stopped_early": self._stopping.is_set() and len(records) < self.requests,
+            "records": records,
+        }
 
 
 class Background:
     """The load generator as a child process inside the fleet's controller namespace (where the router and
     the nodes are reachable), aimed at `url`, allowed only the fleet's addresses. `result()` waits for it."""
 
-    def __init__(self, fleet, url: str, requests: int, concurrency: int, out: Path, max_new_tokens: int = 4,
-                 prefix: str = ""):
+    def __init__(
+        self, fleet, url: str, requests: int, concurrency: int, out: Path, max_new_tokens: int = 4, prefix: str = ""
+    ):
         self.out = out
         allow = [fleet.controller_address, *(node.address for node in fleet.nodes)]
-        cmd = [sys.executable, "-m", "tests.deploy.loadgen", "--url", url, "--requests", str(requests),
-               "--concurrency", str(concurrency), "--max-new-tokens", str(max_new_tokens), "--out", str(out),
-               f"--prefix={prefix}",
-               *(f"--allow={a}" for a in allow)]
-        self.proc = subprocess.Popen(fleet.netns_cmd(*cmd), cwd=Path(__file__).resolve().parents[2],
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.deploy.loadgen",
+            "--url",
+            url,
+            "--requests",
+            str(requests),
+            "--concurrency",
+            str(concurrency),
+            "--max-new-tokens",
+            str(max_new_tokens),
+            "--out",
+            str(out),
+            f"--prefix={prefix}",
+            *(f"--allow={a}" for a in allow),
+        ]
+        self.proc = subprocess.Popen(
+            fleet.netns_cmd(*cmd),
+            cwd=Path(__file__).resolve().parents[2],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def result(self, stop: bool = True, timeout: float = 300.0) -> dict:
         """Stop it (unless `stop` is false: then it runs to its last request), wait, and return its report."""
@@ -153,11 +188,17 @@ class Background:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--url", required=True, help="the router's (or a node's) base URL")
-    p.add_argument("--allow", action="append", required=True, metavar="ADDRESS",
-                   help="an address the URL may name (repeat); anything else is refused")
+    p.add_argument(
+        "--allow",
+        action="append",
+        required=True,
+        metavar="ADDRESS",
+        help="an address the URL may name (repeat); anything else is refused",
+    )
     p.add_argument("--requests", type=int, required=True, help="how many requests in all (it stops after them)")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight at a time (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=4)

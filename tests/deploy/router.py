@@ -32,8 +32,10 @@ ROUTED_ENV = {"SGLANG_DOUBLE_ARGS": "--request-seconds 0.5 --step-ms 20 --enable
 ROUTER_PORT = 30100  # on the controller's bridge address, a namespace of the test's own
 REPO = Path(__file__).resolve().parents[2]
 # kind (sglang_router_kind) -> (the Python that has it, its launcher module); scripts/setup-venv.sh builds both
-ROUTERS = {"sglang-router": (Path(sys.executable), "sglang_router.launch_router"),
-           "smg": (REPO / ".venv-smg" / "bin" / "python", "smg.launch_router")}
+ROUTERS = {
+    "sglang-router": (Path(sys.executable), "sglang_router.launch_router"),
+    "smg": (REPO / ".venv-smg" / "bin" / "python", "smg.launch_router"),
+}
 DRAINING = "draining"  # smg: removed, settling before it leaves the list
 # The router's own health checks (default: every 60 s, 3 failures to mark a worker unhealthy) are what a
 # plain swap leans on; 5 s keeps the tests short and still leaves a stopped node routed for ~15 s.
@@ -110,8 +112,9 @@ class Router:
         terminate(self.proc)
 
 
-def start_router(fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT,
-                 kind: str = "sglang-router") -> Router:
+def start_router(
+    fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT, kind: str = "sglang-router"
+) -> Router:
     """Start the router of this kind on the controller's bridge address with these workers; wait until it lists
     them all healthy. Its Prometheus port is the next one."""
     python, launcher = ROUTERS[kind]
@@ -119,16 +122,39 @@ def start_router(fleet: Fleet, worker_urls: list[str], retries: bool = False, po
         pytest.fail(f"{python} is missing: scripts/setup-venv.sh (make setup) builds the {kind} environment")
     url = f"http://{fleet.controller_address}:{port}"
     log = fleet.root / f"router-{port}.log"
-    cmd = [str(python), "-m", launcher, "--host", fleet.controller_address,
-           "--port", str(port), "--policy", "round_robin", "--worker-urls", *worker_urls,
-           "--health-check-interval-secs", str(HEALTH_INTERVAL_S), "--worker-startup-check-interval", "1",
-           "--prometheus-host", fleet.controller_address,
-           "--prometheus-port", str(port + 1), "--log-level", "warn"]
+    cmd = [
+        str(python),
+        "-m",
+        launcher,
+        "--host",
+        fleet.controller_address,
+        "--port",
+        str(port),
+        "--policy",
+        "round_robin",
+        "--worker-urls",
+        *worker_urls,
+        "--health-check-interval-secs",
+        str(HEALTH_INTERVAL_S),
+        "--worker-startup-check-interval",
+        "1",
+        "--prometheus-host",
+        fleet.controller_address,
+        "--prometheus-port",
+        str(port + 1),
+        "--log-level",
+        "warn",
+    ]
     if not retries:
         cmd.append("--disable-retries")
     with log.open("ab") as out:
-        proc = subprocess.Popen(fleet.netns_cmd(*cmd), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            fleet.netns_cmd(*cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     router = Router(fleet=fleet, url=url, proc=proc, log=log, kind=kind)
     try:
         router.wait_for(set(worker_urls))

@@ -20,8 +20,11 @@ from tests.deploy.fleet import Fleet
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 BIN = Path(sys.executable).parent
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
-                   r"\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
+RECAP = re.compile(
+    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
+    r"\s+rescued=(\d+)\s+ignored=(\d+)",
+    re.M,
+)
 
 # What every test inventory shares: tarball mode, no GPU request (no GPU here), short health waits,
 # the minimal /generate gate.
@@ -35,8 +38,11 @@ COMMON_VARS = {
     "sglang_port": 30000,
     "sglang_tp_size": 2,
     "sglang_speculative_algorithm": "DFLASH",
-    "sglang_flags": {"enable-linear-replayssm-spec": True, "speculative-num-draft-tokens": 16,
-                     "mamba-ssm-dtype": "float32"},
+    "sglang_flags": {
+        "enable-linear-replayssm-spec": True,
+        "speculative-num-draft-tokens": 16,
+        "mamba-ssm-dtype": "float32",
+    },
     "sglang_extra_args": [],
     "sglang_health_retries": 20,
     "sglang_health_delay": 1,
@@ -58,17 +64,23 @@ class Result:
         return self.recap[host]["changed"]
 
 
-def write_inventory(fleet: Fleet, path: Path, image, host_overrides: dict | None = None,
-                    extra_hosts: dict | None = None, **overrides) -> Path:
+def write_inventory(
+    fleet: Fleet, path: Path, image, host_overrides: dict | None = None, extra_hosts: dict | None = None, **overrides
+) -> Path:
     """An inventory of every fleet node for `image` (a SavedImage); overrides per host and for all,
     and `extra_hosts` (name -> vars) that are not fleet nodes."""
     hosts = {}
     for node in fleet.nodes:
         hosts[node.name] = {**node.inventory_vars(), **(host_overrides or {}).get(node.name, {})}
     hosts.update(extra_hosts or {})
-    group_vars = {**COMMON_VARS, "ansible_ssh_private_key_file": str(fleet.key),
-                  "sglang_image": image.ref, "sglang_image_tarball": str(image.tarball),
-                  "sglang_image_id": image.image_id, **overrides}
+    group_vars = {
+        **COMMON_VARS,
+        "ansible_ssh_private_key_file": str(fleet.key),
+        "sglang_image": image.ref,
+        "sglang_image_tarball": str(image.tarball),
+        "sglang_image_id": image.image_id,
+        **overrides,
+    }
     path.write_text(json.dumps({"sglang_nodes": {"hosts": hosts, "vars": group_vars}}, indent=2))
     return path
 
@@ -76,22 +88,25 @@ def write_inventory(fleet: Fleet, path: Path, image, host_overrides: dict | None
 def _playbook_command(fleet: Fleet, playbook: str, inventory: Path, args: tuple[str, ...]) -> tuple[list, dict]:
     """The command line (inside the controller namespace) and environment of one ansible-playbook run."""
     env = dict(os.environ)
-    env.update({
-        "ANSIBLE_CONFIG": str(DEPLOY / "ansible.cfg"),
-        # no SSH multiplexing: no mux process may outlive a play
-        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no -o UserKnownHostsFile=/dev/null",
-        "ANSIBLE_HOST_KEY_CHECKING": "False",
-        # a loaded 2-core machine's sshd now and then resets a connection during key exchange
-        "ANSIBLE_SSH_RETRIES": "3",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_DEPRECATION_WARNINGS": "False",
-        "ANSIBLE_LOCAL_TEMP": str(fleet.root / "ansible-local"),
-        "PATH": f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
-        # the smoke gate runs this tree's smoke suite on the controller
-        "PYTHONPATH": os.pathsep.join([str(REPO / "smoke_tests"), str(REPO / "overlay"), str(REPO)]),
-    })
-    cmd = fleet.netns_cmd(str(BIN / "ansible-playbook"), "-i", str(inventory),
-                          str(DEPLOY / "playbooks" / playbook), *args)
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(DEPLOY / "ansible.cfg"),
+            # no SSH multiplexing: no mux process may outlive a play
+            "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no -o UserKnownHostsFile=/dev/null",
+            "ANSIBLE_HOST_KEY_CHECKING": "False",
+            # a loaded 2-core machine's sshd now and then resets a connection during key exchange
+            "ANSIBLE_SSH_RETRIES": "3",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "False",
+            "ANSIBLE_LOCAL_TEMP": str(fleet.root / "ansible-local"),
+            "PATH": f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+            # the smoke gate runs this tree's smoke suite on the controller
+            "PYTHONPATH": os.pathsep.join([str(REPO / "smoke_tests"), str(REPO / "overlay"), str(REPO)]),
+        }
+    )
+    cmd = fleet.netns_cmd(
+        str(BIN / "ansible-playbook"), "-i", str(inventory), str(DEPLOY / "playbooks" / playbook), *args
+    )
     return cmd, env
 
 
@@ -99,8 +114,10 @@ def _result(fleet: Fleet, playbook: str, args: tuple[str, ...], rc: int, output:
     """Log the run in the fleet's ansible.log and parse its recap."""
     with (fleet.root / "ansible.log").open("a") as fh:
         fh.write(f"\n===== {playbook} {' '.join(args)} (rc {rc})\n{output}")
-    recap = {m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored"),
-                            map(int, m[1:]))) for m in RECAP.findall(output)}
+    recap = {
+        m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored"), map(int, m[1:])))
+        for m in RECAP.findall(output)
+    }
     return Result(rc=rc, output=output, recap=recap)
 
 
@@ -129,8 +146,15 @@ class RunningPlaybook:
         cmd, env = _playbook_command(fleet, playbook, inventory, args)
         self.log = fleet.root / f"running-{os.getpid()}-{id(self)}.log"
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=DEPLOY, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=DEPLOY,
+                start_new_session=True,
+            )
 
     def _finish(self) -> Result:
         output = self.log.read_text(errors="replace")

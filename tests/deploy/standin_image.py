@@ -2,7 +2,8 @@
 
 No GPU server can run here, so the image the tests roll out is minimal Debian + python3 (the
 debootstrap rootfs that the image tests' `tests/docker/standin.py` builds and caches) with the test
-double of SGLang's HTTP API (`tests/doubles/sglang_server.py`) installed as a module named `sglang.launch_server`: the role's
+double of SGLang's HTTP API (`tests/doubles/sglang_server.py`) installed as a module named `sglang.launch_server`:
+the role's
 production command line, `python3 -m sglang.launch_server --model-path ... --host ... --port ...`,
 runs unchanged. Like the real image it carries the overlay and the smoke suite (with PyYAML's pure-Python
 part), so the monitoring jobs run `python3 -m replayssm_overlay metrics` and `python3 -m replayssm_smoke.cli`
@@ -30,7 +31,8 @@ APP_DIR = "/opt/rso-standin"
 
 # `python3 -m sglang.launch_server ARGS` inside the stand-in image: SGLang's arguments mapped onto the
 # double's, the rest ignored. Test-only knobs of the double pass through when given as extra args.
-LAUNCH_SERVER_SHIM = '''\
+LAUNCH_SERVER_SHIM = (
+    '''\
 """Stand-in for SGLang's launch_server in the rollout tests' image (tests/deploy; never ships)."""
 import argparse
 import runpy
@@ -56,19 +58,28 @@ if args.unhealthy:
     argv.append("--unhealthy")
 print("stand-in launch_server: ignoring", " ".join(ignored), file=sys.stderr, flush=True)
 sys.argv = ["sglang_server.py", *argv]
-runpy.run_path("''' + APP_DIR + '''/sglang_server.py", run_name="__main__")
-'''
+runpy.run_path("'''
+    + APP_DIR
+    + """/sglang_server.py", run_name="__main__")
+"""
+)
 
 
 def _python_packages() -> dict[str, bytes]:
     """The overlay, the smoke suite and PyYAML's Python modules, as files under APP_DIR (on PYTHONPATH)."""
     import yaml
 
-    trees = {"replayssm_overlay": REPO / "overlay" / "replayssm_overlay",
-             "replayssm_smoke": REPO / "smoke_tests" / "replayssm_smoke", "yaml": Path(yaml.__file__).parent}
-    return {f"{APP_DIR}/{name}/{path.relative_to(root)}": path.read_bytes()
-            for name, root in trees.items() for path in sorted(root.rglob("*"))
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix in {".py", ".jsonl", ".yaml", ".cu"}}
+    trees = {
+        "replayssm_overlay": REPO / "overlay" / "replayssm_overlay",
+        "replayssm_smoke": REPO / "smoke_tests" / "replayssm_smoke",
+        "yaml": Path(yaml.__file__).parent,
+    }
+    return {
+        f"{APP_DIR}/{name}/{path.relative_to(root)}": path.read_bytes()
+        for name, root in trees.items()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in {".py", ".jsonl", ".yaml", ".cu"}
+    }
 
 
 @dataclass(frozen=True)
@@ -83,8 +94,14 @@ class SavedImage:
 def _debian_image(daemon) -> str:
     """Import `standin.rootfs_tarball()` (the cached debootstrap rootfs: minimal Debian + python3) into `daemon`."""
     ref = "rso-deploy-debian:bookworm"
-    daemon.docker("import", "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                  str(standin.rootfs_tarball()), ref, timeout=600)
+    daemon.docker(
+        "import",
+        "--change",
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        str(standin.rootfs_tarball()),
+        ref,
+        timeout=600,
+    )
     return ref
 
 
@@ -109,7 +126,8 @@ def build_saved_images(out_dir: Path) -> dict[str, SavedImage]:
                 dest.write_bytes(data)
             (ctx_path / "Dockerfile").write_text(
                 f"FROM {base}\nCOPY files/ /\nENV PYTHONPATH={APP_DIR} PYTHONUNBUFFERED=1\n"
-                "LABEL org.replayssm.test-double=sglang_server\n")
+                "LABEL org.replayssm.test-double=sglang_server\n"
+            )
             v1 = f"{REPOSITORY}:v1"
             builder.docker("build", "--network", "none", "-q", "-t", v1, ctx, timeout=600)
         v2 = f"{REPOSITORY}:v2"
@@ -123,7 +141,9 @@ def build_saved_images(out_dir: Path) -> dict[str, SavedImage]:
                 if save.wait(timeout=600) != 0:
                     raise RuntimeError(f"docker save {ref} failed")
             image_id = standin.image_id(builder, ref)
-            Path(f"{tarball}.sha256").write_text(f"{hashlib.sha256(tarball.read_bytes()).hexdigest()}  {tarball.name}\n")
+            Path(f"{tarball}.sha256").write_text(
+                f"{hashlib.sha256(tarball.read_bytes()).hexdigest()}  {tarball.name}\n"
+            )
             (out_dir / f"{stem}.image-id").write_text(image_id + "\n")
             images[ref.split(":")[1]] = SavedImage(ref=ref, tarball=tarball, image_id=image_id)
         return images

@@ -30,8 +30,13 @@ LIVE = "chat: "
 # A short bake sees about 16 requests per node: 16 new tokens each (the double varies acceptance per prompt, so
 # a few tokens per request would make each request's accept length all but two-valued) and a tolerance of 20%
 # keep a good canary's window within it; a collapsed draft is at a third of the old nodes.
-BAKE = {"sglang_canary_bake": 6, "sglang_bake_poll": 2, "sglang_bake_min_requests": 8, "sglang_bake_max_wait": 10,
-        "sglang_bake_accept_tolerance": 0.2}
+BAKE = {
+    "sglang_canary_bake": 6,
+    "sglang_bake_poll": 2,
+    "sglang_bake_min_requests": 8,
+    "sglang_bake_max_wait": 10,
+    "sglang_bake_accept_tolerance": 0.2,
+}
 LOAD_TOKENS = 16
 THRESHOLDS = """\
 profiles:
@@ -65,8 +70,12 @@ def baked(fleet, saved_images, tmp_path_factory):
 
 def _inventory(baked: Routed, name: str, canary_env: dict | None = None, image: str = "v2", **overrides):
     """An inventory of `image` with the bake on, node1 (the canary) with `canary_env`."""
-    bake = {**BAKE, "sglang_bake_thresholds": str(baked.root / "thresholds.yaml"),
-            "sglang_bake_report_dir": str(baked.root / "bake"), **overrides}
+    bake = {
+        **BAKE,
+        "sglang_bake_thresholds": str(baked.root / "thresholds.yaml"),
+        "sglang_bake_report_dir": str(baked.root / "bake"),
+        **overrides,
+    }
     hosts = {"node1": {"sglang_env": canary_env}} if canary_env else None
     return baked.inventory(name, image, host_overrides=hosts, **bake)
 
@@ -84,8 +93,15 @@ def _rollout(baked: Routed, name: str, canary_env: dict | None = None, **overrid
 
 def _live_load(baked: Routed, name: str) -> Background:
     """The live traffic's class through the router, streams included, until the test stops it."""
-    return Background(baked.fleet, baked.router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, baked.root / f"{name}.load.json",
-                      max_new_tokens=LOAD_TOKENS, prefix=LIVE)
+    return Background(
+        baked.fleet,
+        baked.router.url,
+        LOAD_REQUESTS,
+        LOAD_CONCURRENCY,
+        baked.root / f"{name}.load.json",
+        max_new_tokens=LOAD_TOKENS,
+        prefix=LIVE,
+    )
 
 
 def _back_to_v1(baked: Routed) -> None:
@@ -114,7 +130,10 @@ def test_a_draft_that_collapses_on_the_live_class_is_stopped_at_the_canary(baked
     assert result.rc != 0
     assert report["failed"] == 0, report["failures"]
     assert {name: c["image"] for name, c in _containers(baked.fleet).items()} == {
-        "node1": v1, "node2": v1, "node3": v1}  # the canary rolled back, the others never switched
+        "node1": v1,
+        "node2": v1,
+        "node3": v1,
+    }  # the canary rolled back, the others never switched
     assert baked.router.healthy_urls() == _urls(baked.fleet)
     assert _no_journals(baked.fleet) == []
     flat = " ".join(result.output.split())
@@ -168,12 +187,15 @@ def test_a_run_killed_mid_bake_bakes_the_canary_again_on_the_next_run(baked):
     assert _no_journals(fleet) == []
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"sglang_canary_bake": 1, "sglang_bake_poll": 5}, "a bake of 1 s is shorter than one reading interval (5 s)"),
-    ({"sglang_bake_accept_tolerance": 1.5}, "is not a fraction in [0, 1)"),
-    ({"sglang_bake_thresholds": ""}, "has no baseline_accept_length: the bake compares the canary's acceptance"),
-    ({"sglang_rollout_serial": ["50%"]}, 'does not start with a canary of one node'),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"sglang_canary_bake": 1, "sglang_bake_poll": 5}, "a bake of 1 s is shorter than one reading interval (5 s)"),
+        ({"sglang_bake_accept_tolerance": 1.5}, "is not a fraction in [0, 1)"),
+        ({"sglang_bake_thresholds": ""}, "has no baseline_accept_length: the bake compares the canary's acceptance"),
+        ({"sglang_rollout_serial": ["50%"]}, "does not start with a canary of one node"),
+    ],
+)
 def test_bad_bake_settings_stop_the_run_before_anything_changes(baked, overrides, message):
     """v2 against a fleet on v1 (where the test before left it): refused, nothing changed."""
     before = _containers(baked.fleet)

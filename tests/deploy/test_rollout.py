@@ -43,9 +43,13 @@ def test_clean_rollout_canary_first(fleet, saved_images, tmp_path):
     # the smoke gate is the real smoke suite (smoke_tests/, `replayssm-smoke`) against each new server
     reports = tmp_path / "smoke-report"
     inventory = write_inventory(
-        fleet, tmp_path / "inv.json", v1, sglang_smoke_mode="command",
+        fleet,
+        tmp_path / "inv.json",
+        v1,
+        sglang_smoke_mode="command",
         sglang_smoke_command=f"{sys.executable} -m replayssm_smoke.cli --target {{url}} --out {{out}} --quiet",
-        sglang_smoke_report_dir=f"{reports}/{{{{ inventory_hostname }}}}")
+        sglang_smoke_report_dir=f"{reports}/{{{{ inventory_hostname }}}}",
+    )
     result = ansible_playbook(fleet, "deploy.yml", inventory)
     assert result.rc == 0, result.output[-4000:]
     for node in fleet.nodes:
@@ -79,8 +83,7 @@ def test_rerun_changes_nothing(fleet, saved_images, tmp_path):
     inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v1"])
     result = ansible_playbook(fleet, "deploy.yml", inventory)
     assert result.rc == 0, result.output[-4000:]
-    assert {host: counts["changed"] for host, counts in result.recap.items()} == {
-        "node1": 0, "node2": 0, "node3": 0}
+    assert {host: counts["changed"] for host, counts in result.recap.items()} == {"node1": 0, "node2": 0, "node3": 0}
     assert "up to date, nothing to do" in result.output
     assert _running(fleet) == before
 
@@ -103,16 +106,30 @@ def test_preflight_wrong_gpu_stops_before_any_restart(fleet, saved_images, tmp_p
         assert node.dockerd.docker("image", "inspect", saved_images["v2"].image_id, check=False).returncode != 0
 
 
-NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
-             "latest NVIDIA driver is installed and running.")
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+    "latest NVIDIA driver is installed and running."
+)
 BAD_NODES = {  # inventory overrides, extra hosts, node3's GPUs, message
-    "wrong python": ({"node3": {"ansible_python_interpreter": "/usr/bin/python2.7"}}, {}, None,
-                     "node3: /usr/bin/python2.7 is missing or broken"),
-    "port in use": ({"node3": {"sglang_container_name": "other-service"}}, {}, None,
-                    "node3: port 30000 is in use by something other than the other-service container"),
+    "wrong python": (
+        {"node3": {"ansible_python_interpreter": "/usr/bin/python2.7"}},
+        {},
+        None,
+        "node3: /usr/bin/python2.7 is missing or broken",
+    ),
+    "port in use": (
+        {"node3": {"sglang_container_name": "other-service"}},
+        {},
+        None,
+        "node3: port 30000 is in use by something other than the other-service container",
+    ),
     "unreachable": ({}, {"ghost": {"ansible_host": "GHOST"}}, None, "UNREACHABLE"),
-    "old driver": ({}, {}, [H100_OLD_DRIVER, H100_OLD_DRIVER], "node3: NVIDIA driver 575.51.03 is below 580.65.06, the minimum for the "
-                   "image's cu130 lane"),
+    "old driver": (
+        {},
+        {},
+        [H100_OLD_DRIVER, H100_OLD_DRIVER],
+        "node3: NVIDIA driver 575.51.03 is below 580.65.06, the minimum for the image's cu130 lane",
+    ),
     "too few GPUs": ({"node3": {"sglang_tp_size": 4}}, {}, None, "node3: sglang_tp_size is 4 but this node has 2 GPUs"),
     "driver not loaded": ({}, {}, NO_DRIVER, "node3: `{smi} --query-gpu=...` failed (exit 9: " + NO_DRIVER),
 }
@@ -130,8 +147,9 @@ def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
         host["ansible_host"] = fleet.nodes[0].address.rsplit(".", 1)[0] + ".99"
         host.update({k: v for k, v in fleet.nodes[0].inventory_vars().items() if k != "ansible_host"})
     before = _running(fleet)
-    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"], host_overrides=host_overrides,
-                                extra_hosts=extra_hosts)
+    inventory = write_inventory(
+        fleet, tmp_path / "inv.json", saved_images["v2"], host_overrides=host_overrides, extra_hosts=extra_hosts
+    )
     try:
         result = ansible_playbook(fleet, "deploy.yml", inventory, "-e", "ansible_ssh_timeout=3")
     finally:
@@ -153,16 +171,24 @@ def test_preflight_checks_space_where_the_tarball_is_staged(fleet, saved_images,
     assert result.rc != 0
     flat = " ".join(result.output.split())
     stage = fleet.nodes[0].root / "stage"
-    assert re.search(rf"node1: only [0-9.]+ MiB free at {re.escape(str(stage))}; staging huge.tar.gz needs "
-                     r"[0-9.]+ MiB", flat), result.output[-3000:]
+    assert re.search(
+        rf"node1: only [0-9.]+ MiB free at {re.escape(str(stage))}; staging huge.tar.gz needs "
+        r"[0-9.]+ MiB",
+        flat,
+    ), result.output[-3000:]
     assert _running(fleet) == before
 
 
 def test_unhealthy_new_container_is_rolled_back_and_stops_the_rollout(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     before = _running(fleet)
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, host_overrides={
-        "node2": {"sglang_extra_args": ["--unhealthy"]}}, sglang_health_retries=4)
+    inventory = write_inventory(
+        fleet,
+        tmp_path / "inv.json",
+        v2,
+        host_overrides={"node2": {"sglang_extra_args": ["--unhealthy"]}},
+        sglang_health_retries=4,
+    )
     result = ansible_playbook(fleet, "deploy.yml", inventory)
     assert result.rc != 0
     assert _switch_order(result.output) == ["node1", "node2"]
@@ -195,15 +221,17 @@ def test_rollback_brings_back_the_previous_container(fleet, saved_images, tmp_pa
 
     # a rollback whose gate fails swaps back: node1 keeps running the same v1 container
     before = fleet.nodes[0].containers()
-    failing = write_inventory(fleet, tmp_path / "failing.json", v2, sglang_smoke_mode="command",
-                              sglang_smoke_command="/bin/false {url}")
+    failing = write_inventory(
+        fleet, tmp_path / "failing.json", v2, sglang_smoke_mode="command", sglang_smoke_command="/bin/false {url}"
+    )
     result = ansible_playbook(fleet, "rollback.yml", failing, "--limit", "node1")
     assert result.rc != 0
     assert "node1: rollback failed (The smoke command passed: node1: the smoke gate `/bin/false" in result.output
     assert "swapped back to the container that ran before (healthy)" in " ".join(result.output.split())
     after = fleet.nodes[0].containers()
     assert {name: (c["id"], c["image"], c["running"]) for name, c in after.items()} == {
-        name: (c["id"], c["image"], c["running"]) for name, c in before.items()}
+        name: (c["id"], c["image"], c["running"]) for name, c in before.items()
+    }
     assert fleet.nodes[0].state(SERVICE)["current"]["image_id"] == v1.image_id
 
     # a node that was never switched has nothing to roll back to: a clear refusal, nothing changed
@@ -219,8 +247,9 @@ def _interrupt_exchange(node, after_renames: bool) -> None:
     written, the service container stopped and renamed to -swap, and, when `after_renames`, every
     rename done and the new one started, but the state file not yet rewritten."""
     before = node.containers()
-    node.state_dir.joinpath(f"{SERVICE}.swapping.json").write_text(json.dumps(
-        {"serving_id": before[SERVICE]["id"], "previous_id": before[SERVICE + "-previous"]["id"]}))
+    node.state_dir.joinpath(f"{SERVICE}.swapping.json").write_text(
+        json.dumps({"serving_id": before[SERVICE]["id"], "previous_id": before[SERVICE + "-previous"]["id"]})
+    )
     node.dockerd.docker("stop", "-t", "1", SERVICE)
     node.dockerd.docker("rename", SERVICE, SERVICE + "-swap")
     if after_renames:
@@ -241,8 +270,10 @@ def test_a_rollback_interrupted_mid_exchange_loses_no_container(fleet, saved_ima
     _interrupt_exchange(node, after_renames)
     result = ansible_playbook(fleet, "rollback.yml", inventory, "--limit", "node1")
     assert result.rc == 0, result.output[-4000:]
-    assert ("node1: an earlier rollback was interrupted while exchanging sglang-test and sglang-test-previous; "
-            "both containers have their names from before it again") in " ".join(result.output.split())
+    assert (
+        "node1: an earlier rollback was interrupted while exchanging sglang-test and sglang-test-previous; "
+        "both containers have their names from before it again"
+    ) in " ".join(result.output.split())
     after = node.containers()
     assert set(after) == set(before) and SERVICE + "-swap" not in after
     assert after[SERVICE]["id"] == kept["id"] and after[SERVICE]["running"]
@@ -277,12 +308,14 @@ def test_an_exchange_journal_naming_a_gone_container_changes_nothing_and_says_so
 def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     before = fleet.nodes[0].containers()
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, sglang_smoke_mode="command",
-                                sglang_smoke_command="/bin/false --target {url}")
+    inventory = write_inventory(
+        fleet, tmp_path / "inv.json", v2, sglang_smoke_mode="command", sglang_smoke_command="/bin/false --target {url}"
+    )
     result = ansible_playbook(fleet, "rollout.yml", inventory, "--limit", "node1")
     assert result.rc != 0
-    assert ("node1: the new container failed (The smoke command passed: node1: the smoke gate `/bin/false"
-            in result.output)
+    assert (
+        "node1: the new container failed (The smoke command passed: node1: the smoke gate `/bin/false" in result.output
+    )
     after = fleet.nodes[0].containers()
     assert after[SERVICE]["id"] == before[SERVICE]["id"] and after[SERVICE]["running"]
     assert after[SERVICE]["image"] == v1.image_id
@@ -348,8 +381,13 @@ def test_dead_new_container_stops_the_wait_at_once_and_keeps_its_log(fleet, save
     timeout here is 5); now it stops at the exit, names the exit code and shows the log tail."""
     v1, v2 = saved_images["v1"], saved_images["v2"]
     before = fleet.nodes[0].containers()
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, host_overrides={
-        "node1": {"sglang_extra_args": ["--exit-code", "3"]}}, sglang_health_retries=600)
+    inventory = write_inventory(
+        fleet,
+        tmp_path / "inv.json",
+        v2,
+        host_overrides={"node1": {"sglang_extra_args": ["--exit-code", "3"]}},
+        sglang_health_retries=600,
+    )
     result = ansible_playbook(fleet, "deploy.yml", inventory, "--limit", "node1", timeout=300)
     assert result.rc != 0
     flat = " ".join(result.output.split())
@@ -418,12 +456,19 @@ def test_failed_distribute_on_one_node_leaves_no_staged_tarball_anywhere(fleet, 
     before = _running(fleet)
     killed = tmp_path / "rsync-killed"
     dying = tmp_path / "dying-rsync"
-    dying.write_text(DYING_RSYNC.format(python=sys.executable, stage_dir=str(node3.root / "stage"),
-                                        name=v2.tarball.name, limit=v2.tarball.stat().st_size // 2,
-                                        marker=str(killed)))
+    dying.write_text(
+        DYING_RSYNC.format(
+            python=sys.executable,
+            stage_dir=str(node3.root / "stage"),
+            name=v2.tarball.name,
+            limit=v2.tarball.stat().st_size // 2,
+            marker=str(killed),
+        )
+    )
     dying.chmod(0o755)
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v2,
-                                host_overrides={"node3": {"ansible_rsync_path": str(dying)}})
+    inventory = write_inventory(
+        fleet, tmp_path / "inv.json", v2, host_overrides={"node3": {"ansible_rsync_path": str(dying)}}
+    )
     result = ansible_playbook(fleet, "distribute.yml", inventory)
     assert result.rc != 0
     assert f".~tmp~/{v2.tarball.name}" in killed.read_text()  # the copy died with a partial file kept
@@ -454,8 +499,13 @@ def test_killed_docker_daemon_keeps_the_last_good_container_through_rerun_and_ro
     good = {node.name: node.containers()[SERVICE]["id"] for node in fleet.nodes}  # every node runs v1
     assert {c["image"] for c in _running(fleet).values()} == {v1.image_id}
     node3_before = fleet.nodes[2].containers()
-    slow = write_inventory(fleet, tmp_path / "slow.json", v2, host_overrides={
-        "node2": {"sglang_extra_args": ["--start-delay", "60"]}}, sglang_health_retries=90)
+    slow = write_inventory(
+        fleet,
+        tmp_path / "slow.json",
+        v2,
+        host_overrides={"node2": {"sglang_extra_args": ["--start-delay", "60"]}},
+        sglang_health_retries=90,
+    )
     killed, done = threading.Event(), threading.Event()
     killer = threading.Thread(target=_kill_daemon_when_switching, args=(node2, v2.image_id, killed, done))
     killer.start()
@@ -472,8 +522,10 @@ def test_killed_docker_daemon_keeps_the_last_good_container_through_rerun_and_ro
     assert killed.is_set(), "node2 never ran the new image; the deploy said:\n" + result.output[-4000:]
     assert result.rc != 0
     flat = " ".join(result.output.split())
-    assert f"node2: the Docker daemon at {node2.dockerd.host} does not answer" in flat or \
-        f"The Docker daemon at {node2.dockerd.host} does not answer" in flat, result.output[-4000:]
+    assert (
+        f"node2: the Docker daemon at {node2.dockerd.host} does not answer" in flat
+        or f"The Docker daemon at {node2.dockerd.host} does not answer" in flat
+    ), result.output[-4000:]
     assert "start Docker again, then rerun make deploy or make rollback; both put it back first" in flat
     assert "FAILED - RETRYING" not in result.output  # the model-load wait is quiet
     assert '== batch 2 of "Roll out": node2 ' + v1.ref + " -> " + v2.ref + " (FAILED)" in result.output

@@ -36,22 +36,40 @@ def pushed(fleet, saved_images, tmp_path_factory):
     the controller namespace against a daemon there. Yields {registry, repository, digests, pusher}."""
     root = tmp_path_factory.mktemp("registry")
     address = f"{fleet.controller_address}:{REGISTRY_PORT}"
-    registry = start_registry(root / "registry", host=fleet.controller_address, port=REGISTRY_PORT,
-                              netns=fleet.controller_ns)
+    registry = start_registry(
+        root / "registry", host=fleet.controller_address, port=REGISTRY_PORT, netns=fleet.controller_ns
+    )
     pusher = None
     try:
         pusher = start_dockerd(root / "pusher", netns=fleet.controller_ns, insecure_registries=(address,))
         digests = {}
         for version, image in saved_images.items():
             pusher.docker("load", "-i", str(image.tarball), timeout=300)
-            proc = subprocess.run(fleet.netns_cmd("make", "--no-print-directory", "-f", "docker/docker.mk", "push",
-                                                  f"IMAGE={image.ref}", f"REGISTRY={address}/ml",
-                                                  f"WHEEL_PYTHON={sys.executable}"),
-                                  cwd=REPO, env=pusher.env(), capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                fleet.netns_cmd(
+                    "make",
+                    "--no-print-directory",
+                    "-f",
+                    "docker/docker.mk",
+                    "push",
+                    f"IMAGE={image.ref}",
+                    f"REGISTRY={address}/ml",
+                    f"WHEEL_PYTHON={sys.executable}",
+                ),
+                cwd=REPO,
+                env=pusher.env(),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
             digests[version] = re.search(r"deploy by digest: \S+@(sha256:[0-9a-f]{64})", proc.stdout).group(1)
-        yield {"registry": registry, "repository": f"{address}/ml/{image.ref.split(':')[0]}", "digests": digests,
-               "pusher": pusher}
+        yield {
+            "registry": registry,
+            "repository": f"{address}/ml/{image.ref.split(':')[0]}",
+            "digests": digests,
+            "pusher": pusher,
+        }
     finally:
         if pusher is not None:
             pusher.stop()
@@ -59,9 +77,17 @@ def pushed(fleet, saved_images, tmp_path_factory):
 
 
 def _inventory(fleet, saved_images, tmp_path, image_ref, version="v2"):
-    return write_inventory(fleet, tmp_path / "inv.json", saved_images[version], sglang_image_source="registry",
-                           sglang_image=image_ref, sglang_image_tarball="", sglang_image_pull_retries=1,
-                           sglang_image_pull_delay=1, sglang_image_registry_timeout=10)
+    return write_inventory(
+        fleet,
+        tmp_path / "inv.json",
+        saved_images[version],
+        sglang_image_source="registry",
+        sglang_image=image_ref,
+        sglang_image_tarball="",
+        sglang_image_pull_retries=1,
+        sglang_image_pull_delay=1,
+        sglang_image_registry_timeout=10,
+    )
 
 
 def _stopped_in_distribute(result, before, fleet, message):
@@ -88,9 +114,13 @@ def test_a_tag_pushed_over_with_other_bytes_stops_before_any_restart(fleet, save
     before = _running(fleet)
     inventory = _inventory(fleet, saved_images, tmp_path, f"{repository}:v1@{digests['v1']}", version="v1")
     result = ansible_playbook(fleet, "deploy.yml", inventory)
-    _stopped_in_distribute(result, before, fleet,
-                           f"{repository}:v1 now names {digests['v2']}, but sglang_image pins {digests['v1']}: "
-                           "other bytes were pushed over the tag")
+    _stopped_in_distribute(
+        result,
+        before,
+        fleet,
+        f"{repository}:v1 now names {digests['v2']}, but sglang_image pins {digests['v1']}: "
+        "other bytes were pushed over the tag",
+    )
     for node in fleet.nodes:  # nothing was pulled either
         refs = node.dockerd.docker("image", "ls", "--digests", "--format", "{{.Digest}}", repository).stdout.split()
         assert digests["v1"] not in refs

@@ -39,8 +39,9 @@ def _module(name: str, args: dict, tmp_path) -> dict:
     """A module as Ansible runs it: one JSON file of arguments in, one JSON result on stdout."""
     path = tmp_path / f"{name}-{time.monotonic_ns()}.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, str(LIBRARY / f"{name}.py"), str(path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(LIBRARY / f"{name}.py"), str(path)], capture_output=True, text=True, timeout=120
+    )
     return json.loads(proc.stdout)
 
 
@@ -65,8 +66,13 @@ def servers(tmp_path_factory):
     procs, urls = [], []
     for _ in range(2):
         port = _free_port()
-        procs.append(subprocess.Popen([sys.executable, str(DOUBLE), "--port", str(port), "--quiet", "--step-ms", "20",
-                                       "--enable-metrics"], stderr=subprocess.DEVNULL, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(DOUBLE), "--port", str(port), "--quiet", "--step-ms", "20", "--enable-metrics"],
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
         urls.append(f"http://127.0.0.1:{port}")
     try:
         for url in urls:
@@ -87,15 +93,41 @@ def router(request, servers, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp(kind) / "router.log"
     with log.open("ab") as out:
-        proc = subprocess.Popen([str(python), "-m", launcher, "--host", "127.0.0.1", "--port", str(port),
-                                 "--policy", "round_robin", "--worker-urls", *servers, "--health-check-interval-secs",
-                                 "1", "--worker-startup-check-interval", "1", "--disable-retries", "--log-level",
-                                 "warn", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port())],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                str(python),
+                "-m",
+                launcher,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--policy",
+                "round_robin",
+                "--worker-urls",
+                *servers,
+                "--health-check-interval-secs",
+                "1",
+                "--worker-startup-check-interval",
+                "1",
+                "--disable-retries",
+                "--log-level",
+                "warn",
+                "--prometheus-host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(_free_port()),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(lambda: len([w for w in (_get(url + "/workers") or {}).get("workers", []) if w["is_healthy"]]) == 2,
-              what=f"{kind} listing both servers healthy ({log})")
+        _wait(
+            lambda: len([w for w in (_get(url + "/workers") or {}).get("workers", []) if w["is_healthy"]]) == 2,
+            what=f"{kind} listing both servers healthy ({log})",
+        )
         yield kind, url
     finally:
         terminate(proc)
@@ -136,8 +168,11 @@ def test_removal_then_the_nodes_own_load_then_back(router, servers, tmp_path):
     for sender in senders:
         sender.start()
     _wait(lambda: loads() > 0, timeout=20, what="a stream on the node")
-    out = _module("sglang_router_worker", {"router_url": url, "worker_url": node, "state": "absent",
-                                           "poll_interval": 0.2, "kind": kind}, tmp_path)
+    out = _module(
+        "sglang_router_worker",
+        {"router_url": url, "worker_url": node, "state": "absent", "poll_interval": 0.2, "kind": kind},
+        tmp_path,
+    )
     assert out["changed"] and not out.get("failed"), out
     if kind == "smg":
         assert out["worker"]["status"] == "draining" and out["waited_s"] < 5, out
@@ -148,7 +183,10 @@ def test_removal_then_the_nodes_own_load_then_back(router, servers, tmp_path):
     for sender in senders:
         sender.join(timeout=60)
     assert len(streams) == 2 and all(s.rstrip().endswith(b"data: [DONE]") for s in streams)
-    back = _module("sglang_router_worker", {"router_url": url, "worker_url": node, "state": "present",
-                                            "poll_interval": 0.2, "timeout": 60, "kind": kind}, tmp_path)
+    back = _module(
+        "sglang_router_worker",
+        {"router_url": url, "worker_url": node, "state": "present", "poll_interval": 0.2, "timeout": 60, "kind": kind},
+        tmp_path,
+    )
     assert not back.get("failed") and back["worker"]["is_healthy"], back
     assert {w["url"] for w in back["workers"] if w["is_healthy"]} == set(servers)

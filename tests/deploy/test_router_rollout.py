@@ -55,17 +55,34 @@ class Routed:
     root: Path
     images: dict
 
-    def inventory(self, name: str, image: str, host_overrides: dict | None = None, router: bool = True,
-                  **overrides) -> Path:
+    def inventory(
+        self, name: str, image: str, host_overrides: dict | None = None, router: bool = True, **overrides
+    ) -> Path:
         """An inventory of the fleet for `image` (v1 or v2), with the router unless `router` is false."""
-        extra = {"sglang_router_url": self.router.url, "sglang_router_timeout": 20, "sglang_canary_bake": 0,
-                 "sglang_router_poll_interval": 0.5, "sglang_router_kind": self.router.kind} if router else {}
-        return write_inventory(self.fleet, self.root / f"{name}.json", self.images[image],
-                               host_overrides=host_overrides, sglang_env=ROUTED_ENV, **{**extra, **overrides})
+        extra = (
+            {
+                "sglang_router_url": self.router.url,
+                "sglang_router_timeout": 20,
+                "sglang_canary_bake": 0,
+                "sglang_router_poll_interval": 0.5,
+                "sglang_router_kind": self.router.kind,
+            }
+            if router
+            else {}
+        )
+        return write_inventory(
+            self.fleet,
+            self.root / f"{name}.json",
+            self.images[image],
+            host_overrides=host_overrides,
+            sglang_env=ROUTED_ENV,
+            **{**extra, **overrides},
+        )
 
     def load(self, name: str, prefix: str = "") -> Background:
-        return Background(self.fleet, self.router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, self.root / f"{name}.load.json",
-                          prefix=prefix)
+        return Background(
+            self.fleet, self.router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, self.root / f"{name}.load.json", prefix=prefix
+        )
 
     def under_load(self, name: str, playbook: str, inventory: Path, *args: str):
         """One playbook run with the load through the router from before it starts until it ends:
@@ -80,14 +97,21 @@ class Routed:
     def hold(self, node, name: str) -> Background:
         """Requests straight to `node`, not through the router (a client that bypasses it), two of about 2 s
         at a time: while this runs, the node always has one in flight, so its drain cannot end."""
-        return Background(self.fleet, f"http://{node.address}:30000", 1000, 2, self.root / f"{name}.hold.json",
-                          max_new_tokens=HOLD_TOKENS)
+        return Background(
+            self.fleet,
+            f"http://{node.address}:30000",
+            1000,
+            2,
+            self.root / f"{name}.hold.json",
+            max_new_tokens=HOLD_TOKENS,
+        )
 
     def status(self, name: str) -> dict[str, dict]:
         """make fleet-status as JSON rows by host (and the table, under "__output__")."""
         report = self.root / f"{name}.status.json"
-        result = ansible_playbook(self.fleet, "status.yml", self.inventory(name, "v1"), "-e",
-                                  f"sglang_status_json={report}")
+        result = ansible_playbook(
+            self.fleet, "status.yml", self.inventory(name, "v1"), "-e", f"sglang_status_json={report}"
+        )
         assert result.rc == 0, result.output[-4000:]
         doc = json.loads(report.read_text())
         rows = {row["host"]: row for row in doc["nodes"]}
@@ -159,7 +183,8 @@ def _runs(routed, **images: str) -> None:
     """Check what the earlier tests left: node name -> the image (v1, v2) its service container runs."""
     running = {name: (c or {}).get("image") for name, c in _containers(routed.fleet).items()}
     assert {name: running[name] for name in images} == {
-        name: routed.images[v].image_id for name, v in images.items()}, "the earlier tests left another state"
+        name: routed.images[v].image_id for name, v in images.items()
+    }, "the earlier tests left another state"
 
 
 def _kill_when(run: RunningPlaybook, condition, timeout: float = 600):
@@ -188,10 +213,16 @@ def test_rollout_through_the_router_loses_no_request(routed):
         container = node.containers()[SERVICE]
         assert container["image"] == v2.image_id and container["running"]
     # per node: out of the router, drained, stopped, started, gated on the node, back in the router
-    canary = result.output[:result.output.index('== batch 1 of "Roll out"')]
-    order = ["Take the node out of the router", "Let the requests in flight finish", "Stop the running container",
-             "Start the new container", "Wait for /health and /health_generate", "Generate a few greedy tokens",
-             "Add the node to the router and wait until it is healthy there"]
+    canary = result.output[: result.output.index('== batch 1 of "Roll out"')]
+    order = [
+        "Take the node out of the router",
+        "Let the requests in flight finish",
+        "Stop the running container",
+        "Start the new container",
+        "Wait for /health and /health_generate",
+        "Generate a few greedy tokens",
+        "Add the node to the router and wait until it is healthy there",
+    ]
     positions = [canary.index(f"{task}]") for task in order]
     assert positions == sorted(positions)
     assert _no_journals(fleet) == []
@@ -206,7 +237,8 @@ def _gate_script(path: Path, record: Path) -> str:
         f"open({str(record)!r}, 'w').write(count[0].rsplit(' ', 1)[1] if count else 'missing')\n"
         "print('replayssm-smoke: FAIL')\nprint('prompts   5 ok')\n"
         "print('acceptance   FAIL   0.0 under the floor 1.5')\n"
-        "sys.exit(1)\n")
+        "sys.exit(1)\n"
+    )
     return f"{sys.executable} {path} {{url}}"
 
 
@@ -215,8 +247,9 @@ def test_a_canary_that_fails_its_gate_never_gets_routed_traffic(routed, tmp_path
     fleet = routed.fleet
     before = _containers(fleet)
     record = tmp_path / "canary-prompt-tokens"
-    inventory = routed.inventory("canary", "v1", sglang_smoke_mode="command",
-                                 sglang_smoke_command=_gate_script(tmp_path / "gate.py", record))
+    inventory = routed.inventory(
+        "canary", "v1", sglang_smoke_mode="command", sglang_smoke_command=_gate_script(tmp_path / "gate.py", record)
+    )
     result, report = routed.under_load("canary", "rollout.yml", inventory)
     assert result.rc != 0
     flat = " ".join(result.output.split())
@@ -252,19 +285,24 @@ def _rollback_after_a_run_that_changed_nothing(routed, before: dict) -> None:
     result = ansible_playbook(fleet, "rollback.yml", inventory)
     flat = " ".join(result.output.split())
     assert result.rc != 0
-    assert (f"The last run, {unchanged['run_id']}, changed nothing: its switch of node1 to {v1.ref} failed and the "
-            f"container before it was put back: restored, nothing changed. A rollback now would undo the run before "
-            f"it, {rollout_run} (a deploy of node1, node2, node3).") in flat, result.output[-3000:]
+    assert (
+        f"The last run, {unchanged['run_id']}, changed nothing: its switch of node1 to {v1.ref} failed and the "
+        f"container before it was put back: restored, nothing changed. A rollback now would undo the run before "
+        f"it, {rollout_run} (a deploy of node1, node2, node3)."
+    ) in flat, result.output[-3000:]
     assert "make rollback ANSIBLE_ARGS='-e sglang_service_rollback_past_unchanged=true'" in flat
     assert "PLAY [Roll back]" not in result.output
     assert {n: c["id"] for n, c in _containers(fleet).items()} == {n: c["id"] for n, c in before.items()}
 
-    result = ansible_playbook(fleet, "rollback.yml", inventory, "-e", "sglang_service_rollback_past_unchanged=true",
-                              "--limit", "node1")
+    result = ansible_playbook(
+        fleet, "rollback.yml", inventory, "-e", "sglang_service_rollback_past_unchanged=true", "--limit", "node1"
+    )
     flat = " ".join(result.output.split())
     assert result.rc == 0, result.output[-4000:]
-    assert (f"The rollback undoes the last run, {rollout_run} (a deploy of node1), past the run(s) "
-            f"{unchanged['run_id']} that changed nothing") in flat
+    assert (
+        f"The rollback undoes the last run, {rollout_run} (a deploy of node1), past the run(s) "
+        f"{unchanged['run_id']} that changed nothing"
+    ) in flat
     assert f"   node1 {v2.ref} -> {v1.ref} (ok)" in result.output
     rollback_run = node1.state(SERVICE)["current"]["run_id"]
 
@@ -358,29 +396,51 @@ def test_a_rollback_after_an_interrupted_deploy_undoes_only_that_deploy(routed):
 def test_control_a_plain_swap_under_the_same_load_loses_requests(routed):
     """Without the router integration the same switch loses requests: the assertions above can fail."""
     _runs(routed, node1="v2")
-    result, report = routed.under_load("plain", "rollout.yml", routed.inventory("plain", "v1", router=False),
-                                       "--limit", "node1")
+    result, report = routed.under_load(
+        "plain", "rollout.yml", routed.inventory("plain", "v1", router=False), "--limit", "node1"
+    )
     assert result.rc == 0, result.output[-4000:]
     assert report["failed"] > 0, report
 
 
 # ------------------------------------------------------------------------------------------------ bad input
 BAD_ROUTERS = {  # inventory overrides (ROUTER = the router's URL), setup, message
-    "router does not answer": ({"sglang_router_url": "http://{ctl}:9"}, None,
-                               "the router at http://{ctl}:9 does not answer GET /workers"),
-    "URL names something else": ({"sglang_router_url": "http://{node1}:30000"}, None,
-                                 "http://{node1}:30000 answered GET /workers with HTTP 404"),
-    "URL with a path": ({"sglang_router_url": "ROUTER/v1"}, None,
-                        "sglang_router_url ('ROUTER/v1') and sglang_router_worker_url"),
-    "node the router does not know": ({}, "drop node3",
-                                      "node3: the router at ROUTER does not list http://{node3}:30000"),
-    "floor": ({"sglang_router_min_healthy": 3}, None,
-              "batch 1 (1 node(s): node1) would take 1 of the 3 healthy workers of the router at ROUTER out at once, "
-              "leaving 2, below its floor sglang_router_min_healthy=3"),
-    "unknown router kind": ({"sglang_router_kind": "nginx"}, None,
-                            "sglang_router_kind auto, smg or sglang-router (got 'nginx')"),
-    "router of another kind": ({"sglang_router_kind": "OTHER"}, None,
-                               "the router at ROUTER answers as KIND, not as sglang_router_kind=OTHER"),
+    "router does not answer": (
+        {"sglang_router_url": "http://{ctl}:9"},
+        None,
+        "the router at http://{ctl}:9 does not answer GET /workers",
+    ),
+    "URL names something else": (
+        {"sglang_router_url": "http://{node1}:30000"},
+        None,
+        "http://{node1}:30000 answered GET /workers with HTTP 404",
+    ),
+    "URL with a path": (
+        {"sglang_router_url": "ROUTER/v1"},
+        None,
+        "sglang_router_url ('ROUTER/v1') and sglang_router_worker_url",
+    ),
+    "node the router does not know": (
+        {},
+        "drop node3",
+        "node3: the router at ROUTER does not list http://{node3}:30000",
+    ),
+    "floor": (
+        {"sglang_router_min_healthy": 3},
+        None,
+        "batch 1 (1 node(s): node1) would take 1 of the 3 healthy workers of the router at ROUTER out at once, "
+        "leaving 2, below its floor sglang_router_min_healthy=3",
+    ),
+    "unknown router kind": (
+        {"sglang_router_kind": "nginx"},
+        None,
+        "sglang_router_kind auto, smg or sglang-router (got 'nginx')",
+    ),
+    "router of another kind": (
+        {"sglang_router_kind": "OTHER"},
+        None,
+        "the router at ROUTER answers as KIND, not as sglang_router_kind=OTHER",
+    ),
 }
 
 
@@ -392,8 +452,12 @@ def test_bad_router_settings_stop_the_run_before_anything_changes(routed, case):
 
     def fill(text):
         other = next(kind for kind in ROUTERS if kind != routed.router.kind)
-        return text.replace("ROUTER", routed.router.url).replace("KIND", routed.router.kind).replace(
-            "OTHER", other).format(**names)
+        return (
+            text.replace("ROUTER", routed.router.url)
+            .replace("KIND", routed.router.kind)
+            .replace("OTHER", other)
+            .format(**names)
+        )
 
     overrides = {k: fill(v) if isinstance(v, str) else v for k, v in overrides.items()}
     if setup == "drop node3":
@@ -417,12 +481,19 @@ def test_a_first_batch_of_every_node_is_refused_without_a_router(routed, serial)
     them, and without a router nothing did."""
     fleet = routed.fleet
     before = _containers(fleet)
-    result = ansible_playbook(fleet, "rollout.yml", routed.inventory("whole", "v1", router=False),
-                              "-e", f'{{"sglang_rollout_serial": {serial}}}')
+    result = ansible_playbook(
+        fleet,
+        "rollout.yml",
+        routed.inventory("whole", "v1", router=False),
+        "-e",
+        f'{{"sglang_rollout_serial": {serial}}}',
+    )
     assert result.rc != 0
     flat = " ".join(result.output.split())
-    assert (f"the first batch of SERIAL={json.dumps(json.loads(serial))} is every node of the play (3: node1, node2, "
-            f"node3): every one of them would be down at once") in flat, result.output[-3000:]
+    assert (
+        f"the first batch of SERIAL={json.dumps(json.loads(serial))} is every node of the play (3: node1, node2, "
+        f"node3): every one of them would be down at once"
+    ) in flat, result.output[-3000:]
     assert "SERIAL='[1,\"25%\"]'" in flat
     assert "PLAY [Roll out]" not in result.output
     assert _containers(fleet) == before
@@ -434,14 +505,18 @@ def test_a_drain_that_does_not_end_puts_the_node_back_and_stops(routed):
     before = _containers(fleet)
     hold = routed.hold(fleet.nodes[0], "endless")
     try:
-        result = ansible_playbook(fleet, "rollout.yml", routed.inventory(
-            "endless", "v2", sglang_router_drain_timeout=2), "--limit", "node1")
+        result = ansible_playbook(
+            fleet, "rollout.yml", routed.inventory("endless", "v2", sglang_router_drain_timeout=2), "--limit", "node1"
+        )
     finally:
         held = hold.result()
     assert result.rc != 0
     flat = " ".join(result.output.split())
-    drained = re.search(r"node1: [12] request\(s\) still in flight ([0-9.]+) s after the router stopped sending it "
-                        r"any \(sglang_router_drain_timeout=2\)\. Nothing was stopped", flat)
+    drained = re.search(
+        r"node1: [12] request\(s\) still in flight ([0-9.]+) s after the router stopped sending it "
+        r"any \(sglang_router_drain_timeout=2\)\. Nothing was stopped",
+        flat,
+    )
     assert drained, result.output[-3000:]
     assert float(drained.group(1)) >= 2.0  # the last poll comes at the timeout, not one poll interval before it
     assert held["failed"] == 0
@@ -460,8 +535,9 @@ def test_a_router_that_does_not_take_the_node_back_stops_the_run_and_the_next_ru
     inventory = routed.inventory("frozen", "v2", sglang_router_timeout=5)
     done = threading.Event()
     run = RunningPlaybook(fleet, "rollout.yml", inventory, "--limit", "node1")
-    watcher = _watch(lambda: _runs_image(fleet.nodes[0], v2.image_id),
-                     lambda: os.kill(routed.router.proc.pid, signal.SIGSTOP), done)
+    watcher = _watch(
+        lambda: _runs_image(fleet.nodes[0], v2.image_id), lambda: os.kill(routed.router.proc.pid, signal.SIGSTOP), done
+    )
     try:
         result = run.wait(timeout=600)
     finally:
@@ -497,15 +573,29 @@ def test_a_journaled_node_goes_back_into_the_router_only_after_its_gates(routed,
     routed.router.remove(url1)
     routed.router.wait_for(_urls(fleet) - {url1})
     journal = node1.state_dir / f"{SERVICE}.unrouted.json"
-    journal.write_text(json.dumps({"router_url": routed.router.url, "worker_url": url1, "serving_id": "",
-                                   "taken_out_at": "2026-01-01T00:00:00Z"}))
-    failing = routed.inventory("journaled", "v2", sglang_smoke_mode="command",
-                               sglang_smoke_command=_gate_script(tmp_path / "gate.py", tmp_path / "count"))
+    journal.write_text(
+        json.dumps(
+            {
+                "router_url": routed.router.url,
+                "worker_url": url1,
+                "serving_id": "",
+                "taken_out_at": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
+    failing = routed.inventory(
+        "journaled",
+        "v2",
+        sglang_smoke_mode="command",
+        sglang_smoke_command=_gate_script(tmp_path / "gate.py", tmp_path / "count"),
+    )
     result = ansible_playbook(fleet, "rollout.yml", failing, "--limit", "node1")
     assert result.rc == 0, result.output[-4000:]
     flat = " ".join(result.output.split())
-    assert (f"node1: taken out of the router at {routed.router.url} by these playbooks, it stays out: it failed its "
-            f"gates (The smoke command passed: node1: the smoke gate `") in flat, result.output[-3000:]
+    assert (
+        f"node1: taken out of the router at {routed.router.url} by these playbooks, it stays out: it failed its "
+        f"gates (The smoke command passed: node1: the smoke gate `"
+    ) in flat, result.output[-3000:]
     assert "acceptance FAIL 0.0 under the floor 1.5" in flat
     assert url1 not in routed.router.workers() and journal.exists()
     # a run whose gates pass puts such a node back: the rerun after a run killed mid-drain, above
@@ -513,9 +603,19 @@ def test_a_journaled_node_goes_back_into_the_router_only_after_its_gates(routed,
     routed.router.reset(_urls(fleet))
 
     foreign_url = f"http://{fleet.controller_address}:{FOREIGN_PORT}"
-    foreign = subprocess.Popen(fleet.netns_cmd(sys.executable, str(REPO / "tests" / "doubles" / "sglang_server.py"),
-                                               "--host", fleet.controller_address, "--port", str(FOREIGN_PORT)),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    foreign = subprocess.Popen(
+        fleet.netns_cmd(
+            sys.executable,
+            str(REPO / "tests" / "doubles" / "sglang_server.py"),
+            "--host",
+            fleet.controller_address,
+            "--port",
+            str(FOREIGN_PORT),
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     report = tmp_path / "status.json"
     try:
         routed.router.add(foreign_url)
@@ -573,16 +673,23 @@ def test_a_frozen_node_on_a_new_spec_is_called_hung_and_switched_without_a_drain
         deadline = time.monotonic() + 120  # until the router's own health checks have seen it
         while url2 in routed.router.healthy_urls() and time.monotonic() < deadline:
             time.sleep(1)
-        floor = ansible_playbook(fleet, "router_preflight.yml", routed.inventory(
-            "frozen-floor", "v1", sglang_router_min_healthy=3))
-        result = ansible_playbook(fleet, "rollout.yml", routed.inventory(
-            "frozen", "v1", sglang_router_drain_timeout=90, sglang_service_stop_timeout=90), "--limit", "node2")
+        floor = ansible_playbook(
+            fleet, "router_preflight.yml", routed.inventory("frozen-floor", "v1", sglang_router_min_healthy=3)
+        )
+        result = ansible_playbook(
+            fleet,
+            "rollout.yml",
+            routed.inventory("frozen", "v1", sglang_router_drain_timeout=90, sglang_service_stop_timeout=90),
+            "--limit",
+            "node2",
+        )
     finally:
         for name in (SERVICE, SERVICE + "-previous"):
             node2.dockerd.docker("kill", "--signal", "CONT", name, check=False)
     assert floor.rc != 0
     assert f"leaving 1, below its floor sglang_router_min_healthy=3 (the router lists {url2} as unhealthy)" in " ".join(
-        floor.output.split()), floor.output[-3000:]
+        floor.output.split()
+    ), floor.output[-3000:]
     assert status.rc == 1, status.output[-3000:]
     assert re.search(r"fleet-status: 1, \d+ thing\(s\) flagged on node2\b", status.output), status.output[-3000:]
     doc = json.loads(report.read_text())
@@ -628,8 +735,11 @@ def test_a_node_lost_mid_switch_says_so_and_status_lists_every_node(routed):
             fleet.wait_for_ssh(node3)
     assert watcher.fired.is_set(), result.output[-3000:]
     assert result.rc != 0
-    assert re.search(r"== batch 1 of \"Roll out\": node3 \S+ -> \S+ \(LOST mid-switch at 'switching': .+; its "
-                     r"journals name what to put back", result.output), result.output[-3000:]
+    assert re.search(
+        r"== batch 1 of \"Roll out\": node3 \S+ -> \S+ \(LOST mid-switch at 'switching': .+; its "
+        r"journals name what to put back",
+        result.output,
+    ), result.output[-3000:]
     assert set(status) - {"__output__", "__exit_code__"} == {"node1", "node2", "node3"}
     assert status["__exit_code__"] == 1  # something flagged
     assert not status["node3"]["reachable"] and status["node3"]["notes"][0].startswith("UNREACHABLE over SSH")

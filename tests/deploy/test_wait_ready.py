@@ -46,13 +46,34 @@ def test_a_container_restarted_by_its_policy_reports_the_code_it_died_with(fleet
     v1 = saved_images["v1"]
     daemon.docker("load", "-i", str(v1.tarball), timeout=300)
     daemon.docker("rm", "-f", NAME, check=False)
-    daemon.docker("run", "-d", "--name", NAME, "--network", "none", "--restart", "unless-stopped",
-                  "--entrypoint", "/bin/sh", v1.ref, "-c", EXIT_ONCE)
+    daemon.docker(
+        "run",
+        "-d",
+        "--name",
+        NAME,
+        "--network",
+        "none",
+        "--restart",
+        "unless-stopped",
+        "--entrypoint",
+        "/bin/sh",
+        v1.ref,
+        "-c",
+        EXIT_ONCE,
+    )
     try:
         state = _wait_restarted(daemon)
         assert state["State"]["ExitCode"] == 0  # what the daemon shows once it started the container again
-        result = _run_module({"urls": ["http://127.0.0.1:9/health"], "retries": 3, "delay": 1,
-                              "container": NAME, "docker_host": daemon.host}, tmp_path)
+        result = _run_module(
+            {
+                "urls": ["http://127.0.0.1:9/health"],
+                "retries": 3,
+                "delay": 1,
+                "container": NAME,
+                "docker_host": daemon.host,
+            },
+            tmp_path,
+        )
     finally:
         daemon.docker("rm", "-f", NAME, check=False)
     assert result.get("failed") and result["exited"], result
@@ -64,8 +85,12 @@ def _run_in_node(node, args: dict, tmp_path) -> subprocess.Popen:
     """The module run as Ansible would on `node` (inside its namespace, where its containers listen)."""
     path = tmp_path / f"args-{time.monotonic_ns()}.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    return subprocess.Popen(["nsenter", f"--net=/run/netns/{node.netns}", "--", sys.executable, str(MODULE), str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        ["nsenter", f"--net=/run/netns/{node.netns}", "--", sys.executable, str(MODULE), str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _serve(node, image, port: int, **args) -> dict:
@@ -74,10 +99,33 @@ def _serve(node, image, port: int, **args) -> dict:
     daemon = node.dockerd
     daemon.docker("load", "-i", str(image.tarball), timeout=300)
     daemon.docker("rm", "-f", NAME, check=False)
-    daemon.docker("run", "-d", "--name", NAME, "--network", "host", "--restart", "unless-stopped", image.ref,
-                  "python3", "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", str(port))
-    return {"urls": [f"http://127.0.0.1:{port}/health"], "retries": 30, "delay": 1, "timeout": 60,
-            "container": NAME, "docker_host": daemon.host, **args}
+    daemon.docker(
+        "run",
+        "-d",
+        "--name",
+        NAME,
+        "--network",
+        "host",
+        "--restart",
+        "unless-stopped",
+        image.ref,
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    )
+    return {
+        "urls": [f"http://127.0.0.1:{port}/health"],
+        "retries": 30,
+        "delay": 1,
+        "timeout": 60,
+        "container": NAME,
+        "docker_host": daemon.host,
+        **args,
+    }
 
 
 def test_a_hung_server_is_given_up_on_within_the_budget(fleet, saved_images, tmp_path):

@@ -353,8 +353,15 @@ def _holds(observed, alerts: dict[str, str], seconds: float) -> None:
 
 def test_a_node_exporter_that_stops_resolves_nothing_and_is_alerted(fleet, observed):
     node2 = fleet.nodes[1]
-    kept = {name: "node2" for name in ("ReplaySSMDraftAcceptanceCollapsed", "ReplaySSMDraftAcceptanceLow",
-                                       "ReplaySSMSmokeFailed", "ReplaySSMSmokeAcceptanceBelowBaseline")}
+    kept = {
+        name: "node2"
+        for name in (
+            "ReplaySSMDraftAcceptanceCollapsed",
+            "ReplaySSMDraftAcceptanceLow",
+            "ReplaySSMSmokeFailed",
+            "ReplaySSMSmokeAcceptanceBelowBaseline",
+        )
+    }
     assert observed.wait_for(lambda f: all("node2" in f.get(n, ()) for n in kept)), "the planted faults do not fire"
     observed.exporters["node2"].stop()
     try:
@@ -483,8 +490,14 @@ def _wait_healthy(fleet, node, timeout: float = 60) -> None:
 def _receiver(labels: dict) -> str:
     """The receiver alertmanager.example.yml routes an alert with `labels` to (amtool)."""
     proc = subprocess.run(
-        [tool("amtool"), "config", "routes", "test", f"--config.file={MONITORING / 'alertmanager.example.yml'}",
-         *(f"{key}={value}" for key, value in labels.items())],
+        [
+            tool("amtool"),
+            "config",
+            "routes",
+            "test",
+            f"--config.file={MONITORING / 'alertmanager.example.yml'}",
+            *(f"{key}={value}" for key, value in labels.items()),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,6 +18,7 @@ from tests.docker.helpers import overlay_version as read_overlay_version
 from tests.infra.dockerd import Dockerd, start_dockerd
 from tests.infra.registry import Registry, start_registry
 
+
 @pytest.fixture(scope="session")
 def dockerd(tmp_path_factory) -> Dockerd:
     """A running private daemon (`.host` is its DOCKER_HOST, `.docker(...)` runs the client against it)."""
@@ -53,14 +54,20 @@ def built_image(dockerd, standin_base, overlay_version, tmp_path_factory) -> Bui
     assert not UNTRACKED_SECRET.exists(), f"{UNTRACKED_SECRET} exists; the test would delete it"
     UNTRACKED_SECRET.write_text("API_TOKEN = 'rso-test-untracked-token'\n")
     try:
-        proc = make(dockerd, "build", "BASE_STANDIN=true", f"BASE_IMAGE={standin_base}", "KERNELS=build",
-                    f"BUILD_DIR={build_dir}", "ALLOW_DIRTY=1")
+        proc = make(
+            dockerd,
+            "build",
+            "BASE_STANDIN=true",
+            f"BASE_IMAGE={standin_base}",
+            "KERNELS=build",
+            f"BUILD_DIR={build_dir}",
+            "ALLOW_DIRTY=1",
+        )
     finally:
         UNTRACKED_SECRET.unlink()
     assert proc.returncode == 0, proc.stdout[-6000:]
     ref = f"sglang-replayssm:0.5.19-{overlay_version}"
-    ids = {r: dockerd.docker("image", "inspect", "--format", "{{.Id}}", r).stdout.strip()
-           for r in (ref, standin_base)}
+    ids = {r: dockerd.docker("image", "inspect", "--format", "{{.Id}}", r).stdout.strip() for r in (ref, standin_base)}
     return BuiltImage(ref=ref, id=ids[ref], base=standin_base, base_id=ids[standin_base], log=proc.stdout)
 
 

@@ -17,20 +17,40 @@ REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT_SCRIPT = (Path(__file__).parent / "fs_snapshot.py").read_text()
 
 
-def make(daemon: Dockerd | None, *args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+def make(
+    daemon: Dockerd | None, *args: str, env: dict | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess:
     """`make -f docker/docker.mk ARGS` from the repository root; stdout and stderr merged, text."""
     full_env = {**(daemon.env() if daemon is not None else os.environ), **(env or {})}
-    return subprocess.run(["make", "--no-print-directory", "-f", "docker/docker.mk", *args,
-                           f"WHEEL_PYTHON={sys.executable}"],
-                          cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        ["make", "--no-print-directory", "-f", "docker/docker.mk", *args, f"WHEEL_PYTHON={sys.executable}"],
+        cwd=REPO,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
 
 
-def run_in(daemon: Dockerd, image: str, entrypoint: str, *args: str, input: str | None = None,
-           check: bool = True) -> subprocess.CompletedProcess:
+def run_in(
+    daemon: Dockerd, image: str, entrypoint: str, *args: str, input: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """`docker run --rm --network none --entrypoint E IMAGE ARGS` on the session daemon."""
-    return daemon.docker("run", "--rm", "-i", "--network", "none", "--entrypoint", entrypoint, image, *args,
-                         input=input, check=check, timeout=300)
+    return daemon.docker(
+        "run",
+        "--rm",
+        "-i",
+        "--network",
+        "none",
+        "--entrypoint",
+        entrypoint,
+        image,
+        *args,
+        input=input,
+        check=check,
+        timeout=300,
+    )
 
 
 def fs_snapshot(daemon: Dockerd, image: str) -> dict[str, str]:

@@ -51,8 +51,11 @@ STANDIN_CONFIG = {
     "Entrypoint": ["/usr/bin/env"],
     "Cmd": ["python3", "-c", "print('stand-in sglang base')"],
     # PATH explicitly, as every real image has it (an image without one gets the builder's default added)
-    "Env": {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "RSO_STANDIN": "1",
-            "PYTHONUNBUFFERED": "1"},
+    "Env": {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "RSO_STANDIN": "1",
+        "PYTHONUNBUFFERED": "1",
+    },
 }
 
 
@@ -87,8 +90,9 @@ def _log(msg: str) -> None:
 def rootfs_tarball() -> Path:
     """The debootstrap rootfs as a tarball, built once per input set (about 40 s) and cached."""
     mirror, packages = apt_mirror(), PACKAGES
-    version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True,
-                             text=True).stdout.strip()
+    version = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "debootstrap"], capture_output=True, text=True
+    ).stdout.strip()
     tarball = CACHE / f"rootfs-{SUITE}-{_key(version, mirror, SUITE, packages, 'minbase')}.tar"
     if tarball.exists():
         return tarball
@@ -97,12 +101,17 @@ def rootfs_tarball() -> Path:
     try:
         rootfs = work / "rootfs"
         _log(f"debootstrap {SUITE} from {mirror} (about 40 s, cached afterwards)")
-        proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE,
-                               str(rootfs), mirror], capture_output=True, text=True)
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(rootfs), mirror],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
-            raise RuntimeError(f"debootstrap {SUITE} from {mirror} failed (exit {proc.returncode}); needs root, "
-                               f"the debootstrap package and the mirror (RSO_DEBIAN_MIRROR):\n"
-                               + "\n".join((proc.stdout + proc.stderr).splitlines()[-15:]))
+            raise RuntimeError(
+                f"debootstrap {SUITE} from {mirror} failed (exit {proc.returncode}); needs root, "
+                f"the debootstrap package and the mirror (RSO_DEBIAN_MIRROR):\n"
+                + "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            )
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (rootfs / junk).glob("*"):
                 if entry.is_file():
@@ -126,8 +135,10 @@ def pypi_wheel(project: str, version: str) -> Path:
         return found[0]
     target.mkdir(parents=True, exist_ok=True)
     _log(f"pip download {project}=={version}")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{project}=={version}",
-                    "-d", str(target)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{project}=={version}", "-d", str(target)],
+        check=True,
+    )
     return sorted(target.glob(pattern))[0]
 
 
@@ -138,8 +149,22 @@ def sglang_wheel(version: str) -> Path:
 def _installed(wheel: Path) -> dict[str, tuple[bytes, int]]:
     """The files `pip install --no-deps` puts into site-packages for `wheel`: path -> (bytes, mode)."""
     with tempfile.TemporaryDirectory(prefix="wheel-install-") as target:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                        "--disable-pip-version-check", "--target", target, str(wheel)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-compile",
+                "--disable-pip-version-check",
+                "--target",
+                target,
+                str(wheel),
+            ],
+            check=True,
+        )
         files = {}
         for path in sorted(Path(target).rglob("*")):
             rel = path.relative_to(target)
@@ -162,7 +187,8 @@ def _layout(wheel: Path) -> dict[str, bytes]:
             elif top == dist_info:
                 files[f"{PYTHON_SITE}/{name}"] = zf.read(name)
     files[f"{PYTHON_SITE}/{dist_info}/direct_url.json"] = (
-        json.dumps({"url": f"file:///{SGLANG_PROJECT}", "dir_info": {"editable": True}}) + "\n").encode()
+        json.dumps({"url": f"file:///{SGLANG_PROJECT}", "dir_info": {"editable": True}}) + "\n"
+    ).encode()
     files[f"{PYTHON_SITE}/{dist_info}/INSTALLER"] = b"pip\n"
     files[f"{PYTHON_SITE}/__editable__.{dist_info.removesuffix('.dist-info')}.pth"] = f"/{SGLANG_PROJECT}\n".encode()
     return files
@@ -205,8 +231,9 @@ def standin_tarball(sglang_version: str, toolchain: bool = True) -> Path:
     return tarball
 
 
-def build_standin(daemon: Dockerd, sglang_version: str = "0.5.19", tag: str | None = None,
-                  toolchain: bool = True) -> str:
+def build_standin(
+    daemon: Dockerd, sglang_version: str = "0.5.19", tag: str | None = None, toolchain: bool = True
+) -> str:
     """Import the stand-in base with the real `sglang==sglang_version` wheel (and the kernels toolchain);
     returns its image ID."""
     tag = tag or f"rso-standin-sglang:{sglang_version}"
@@ -218,8 +245,9 @@ def build_standin(daemon: Dockerd, sglang_version: str = "0.5.19", tag: str | No
         f"CMD {json.dumps(STANDIN_CONFIG['Cmd'])}",
     ]
     _log(f"docker import {tarball.name} as {tag}")
-    daemon.docker("import", *(arg for change in changes for arg in ("--change", change)), str(tarball), tag,
-                  timeout=600)
+    daemon.docker(
+        "import", *(arg for change in changes for arg in ("--change", change)), str(tarball), tag, timeout=600
+    )
     return image_id(daemon, tag)
 
 

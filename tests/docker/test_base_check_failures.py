@@ -19,12 +19,21 @@ CONFIGURATOR = "srt/mem_cache/kv_cache_configurator.py"
 
 def _final_error(proc):
     """The message `make build` ends with (the build log is above it)."""
-    return proc.stdout[proc.stdout.rindex("error: "):]
+    return proc.stdout[proc.stdout.rindex("error: ") :]
 
 
 def _build(dockerd, base, tmp_path, *extra):
-    return make(dockerd, "build", "BASE_STANDIN=true", f"BASE_IMAGE={base}", "KERNELS=skip",
-                f"BUILD_DIR={tmp_path}", "IMAGE=rso-test-must-not-exist:x", "ALLOW_DIRTY=1", *extra)
+    return make(
+        dockerd,
+        "build",
+        "BASE_STANDIN=true",
+        f"BASE_IMAGE={base}",
+        "KERNELS=skip",
+        f"BUILD_DIR={tmp_path}",
+        "IMAGE=rso-test-must-not-exist:x",
+        "ALLOW_DIRTY=1",
+        *extra,
+    )
 
 
 def test_modified_target_file_fails_the_base_check(dockerd, standin_base, tmp_path):

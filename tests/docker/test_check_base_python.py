@@ -28,8 +28,10 @@ def check_base():
 def _wheel(folder: Path, requires: str) -> Path:
     folder.mkdir()
     with zipfile.ZipFile(folder / "sglang_replayssm_overlay-0.0.1-py3-none-any.whl", "w") as wheel:
-        wheel.writestr("sglang_replayssm_overlay-0.0.1.dist-info/METADATA",
-                       f"Metadata-Version: 2.1\nName: sglang-replayssm-overlay\nRequires-Python: {requires}\n")
+        wheel.writestr(
+            "sglang_replayssm_overlay-0.0.1.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: sglang-replayssm-overlay\nRequires-Python: {requires}\n",
+        )
     return folder
 
 
@@ -52,15 +54,19 @@ def test_a_context_without_the_wheel_fails_the_named_check(check_base, tmp_path)
 
 
 def test_shell_advice_is_cut_from_the_overlays_refusal(check_base):
-    refusal = ("refusing to patch /x; no file was changed:\n    - a.py: sha256 00 matches no known release (expected 11 "
-               "for SGLang 0.5.19; the installation declares version 0.5.19). Reinstall the pristine file (pip install "
-               "--force-reinstall --no-deps sglang==0.5.19), or, if you have checked that this content is compatible, "
-               "rerun with --allow-unverified\n    - b.py: missing (/x/b.py). This is not an SGLang installation the "
-               "overlay supports (0.5.19); pass --sglang-dir with the right `sglang` package directory, or reinstall SGLang")
+    refusal = (
+        "refusing to patch /x; no file was changed:\n    - a.py: sha256 00 matches no known release (expected 11 "
+        "for SGLang 0.5.19; the installation declares version 0.5.19). Reinstall the pristine file (pip install "
+        "--force-reinstall --no-deps sglang==0.5.19), or, if you have checked that this content is compatible, "
+        "rerun with --allow-unverified\n    - b.py: missing (/x/b.py). This is not an SGLang installation the "
+        "overlay supports (0.5.19); pass --sglang-dir with the right `sglang` package directory, or reinstall SGLang"
+    )
     cut = check_base.SHELL_ADVICE.sub("", refusal)
     assert "pip install" not in cut and "--allow-unverified" not in cut and "--sglang-dir" not in cut
-    assert "a.py: sha256 00 matches no known release (expected 11 for SGLang 0.5.19; the installation declares " \
-           "version 0.5.19)" in cut
+    assert (
+        "a.py: sha256 00 matches no known release (expected 11 for SGLang 0.5.19; the installation declares "
+        "version 0.5.19)" in cut
+    )
     assert cut.endswith("b.py: missing (/x/b.py). This is not an SGLang installation the overlay supports (0.5.19)")
 
 

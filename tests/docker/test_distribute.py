@@ -20,14 +20,16 @@ def test_save_then_load_yields_the_same_image_id(dockerd, built_image, tmp_path)
     stem = built_image.ref.replace(":", "_")
     tarball = tmp_path / f"{stem}.tar.gz"
     assert (tmp_path / f"{stem}.image-id").read_text().strip() == built_image.id
-    assert (tmp_path / f"{stem}.tar.gz.sha256").read_text().split() [1] == tarball.name
+    assert (tmp_path / f"{stem}.tar.gz.sha256").read_text().split()[1] == tarball.name
     dockerd.docker("tag", built_image.ref, "rso-keep:saved")  # keep the layers; drop the name the tarball restores
     dockerd.docker("rmi", built_image.ref)
     try:
         proc = make(dockerd, "load", f"TARBALL={tarball}")
         assert proc.returncode == 0, proc.stdout
         assert f"{built_image.id} (image ID checked)" in proc.stdout
-        assert dockerd.docker("image", "inspect", "--format", "{{.Id}}", built_image.ref).stdout.strip() == built_image.id
+        assert (
+            dockerd.docker("image", "inspect", "--format", "{{.Id}}", built_image.ref).stdout.strip() == built_image.id
+        )
     finally:
         dockerd.docker("tag", "rso-keep:saved", built_image.ref)
         dockerd.docker("rmi", "rso-keep:saved")

@@ -48,11 +48,17 @@ def rootfs(tmp_path_factory) -> Path:
 
 def in_rootfs(root: Path, script: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """`script` (sh) as root inside `root`, with /proc and /dev, in a mount namespace of its own."""
-    enter = (f'mount -t proc proc "{root}/proc" && mount --rbind /dev "{root}/dev" && '
-             f'exec chroot "{root}" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin '
-             f'HOME=/root DEBIAN_FRONTEND=noninteractive /bin/sh -c "$0"')
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", enter, script],
-                          capture_output=True, text=True, timeout=timeout)
+    enter = (
+        f'mount -t proc proc "{root}/proc" && mount --rbind /dev "{root}/dev" && '
+        f'exec chroot "{root}" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin '
+        f'HOME=/root DEBIAN_FRONTEND=noninteractive /bin/sh -c "$0"'
+    )
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", enter, script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_bare_rootfs_lacks_what_the_readme_commands_need(rootfs):

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docker" / "tools"))
-from common import Refusal  # noqa: E402
 from git_source import export  # noqa: E402
+
+from common import Refusal  # noqa: E402
 
 
 def _git(repo, *args):

@@ -27,7 +27,17 @@ ALLOWED_NEW = re.compile(
     r"|/usr/local/bin/replayssm-(overlay|smoke)"
     r"|/sgl-workspace/sglang/python/sglang-replayssm-overlay(/.*)?)$"
 )
-OCI_LABELS = ("title", "description", "version", "created", "revision", "source", "licenses", "base.name", "base.digest")
+OCI_LABELS = (
+    "title",
+    "description",
+    "version",
+    "created",
+    "revision",
+    "source",
+    "licenses",
+    "base.name",
+    "base.digest",
+)
 
 
 def _labels(dockerd, ref):
@@ -40,14 +50,18 @@ def test_image_is_tagged_with_release_and_overlay_version(built_image, overlay_v
 
 
 def test_three_files_patched_and_verified_inside_the_container(dockerd, built_image):
-    status = json.loads(dockerd.docker("run", "--rm", "--network", "none", built_image.ref,
-                                       "replayssm-overlay", "status", "--json").stdout)
+    status = json.loads(
+        dockerd.docker(
+            "run", "--rm", "--network", "none", built_image.ref, "replayssm-overlay", "status", "--json"
+        ).stdout
+    )
     assert status["state"] == "patched" and status["release"] == "0.5.19" and not status["unverified"]
     assert status["sglang_dir"] == SGLANG_DIR
     assert sorted(f["relpath"] for f in status["files"]) == sorted(TARGETS)
     assert all(f["state"] == "patched" for f in status["files"])
-    verify = dockerd.docker("run", "--rm", "--network", "none", built_image.ref, "replayssm-overlay", "verify",
-                            check=False)
+    verify = dockerd.docker(
+        "run", "--rm", "--network", "none", built_image.ref, "replayssm-overlay", "verify", check=False
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
@@ -72,13 +86,21 @@ def test_only_tracked_files_reach_the_image_and_the_revision_says_so(dockerd, bu
     after = fs_snapshot(dockerd, built_image.ref)
     installed = re.compile(r"^/usr/local/lib/python3\.\d+/dist-packages/replayssm_overlay/(.+\.py)$")
     in_image = {m.group(1) for p in after if (m := installed.match(p))}
-    tracked = {p.removeprefix("overlay/replayssm_overlay/")
-               for p in _git("ls-files", "overlay/replayssm_overlay").split() if p.endswith(".py")}
+    tracked = {
+        p.removeprefix("overlay/replayssm_overlay/")
+        for p in _git("ls-files", "overlay/replayssm_overlay").split()
+        if p.endswith(".py")
+    }
     assert in_image == tracked
     assert not [p for p in after if UNTRACKED_SECRET.stem in p]
-    names = run_in(dockerd, built_image.ref, "python3", "-c",
-                   "import glob, zipfile; print('\\n'.join(n for w in glob.glob('/opt/replayssm-overlay/build/wheels/*.whl')"
-                   " for n in zipfile.ZipFile(w).namelist()))").stdout.split()
+    names = run_in(
+        dockerd,
+        built_image.ref,
+        "python3",
+        "-c",
+        "import glob, zipfile; print('\\n'.join(n for w in glob.glob('/opt/replayssm-overlay/build/wheels/*.whl')"
+        " for n in zipfile.ZipFile(w).namelist()))",
+    ).stdout.split()
     assert names and not [n for n in names if UNTRACKED_SECRET.stem in n]
     dirty = bool(_git("diff", "--name-only", "HEAD", "--").strip())
     revision = _labels(dockerd, built_image.ref)["org.opencontainers.image.revision"]
@@ -95,7 +117,9 @@ def test_labels_describe_base_overlay_and_patched_files(dockerd, built_image, ov
     assert labels["org.replayssm.overlay.version"] == overlay_version
     assert labels["org.replayssm.sglang.release"] == "0.5.19"
     assert labels["org.replayssm.kernels"] == "build"
-    status = json.loads(run_in(dockerd, built_image.ref, "python3", "-m", "replayssm_overlay", "status", "--json").stdout)
+    status = json.loads(
+        run_in(dockerd, built_image.ref, "python3", "-m", "replayssm_overlay", "status", "--json").stdout
+    )
     patched = dict(item.split("=") for item in labels["org.replayssm.overlay.patched-files"].split(","))
     assert patched == {f["relpath"]: f["sha256"] for f in status["files"]}
 
@@ -115,12 +139,17 @@ def test_manifest_at_its_fixed_path(dockerd, built_image, overlay_version):
 
 
 def test_image_runs_exactly_like_the_base(dockerd, built_image):
-    fields = "{{json .Config.Entrypoint}} {{json .Config.Cmd}} {{json .Config.WorkingDir}} {{json .Config.Env}} {{json .Config.User}}"
+    fields = (
+        "{{json .Config.Entrypoint}} {{json .Config.Cmd}} {{json .Config.WorkingDir}} {{json .Config.Env}} "
+        "{{json .Config.User}}"
+    )
     ours = dockerd.docker("image", "inspect", "--format", fields, built_image.ref).stdout
     theirs = dockerd.docker("image", "inspect", "--format", fields, built_image.base).stdout
     assert ours == theirs
-    assert (dockerd.docker("run", "--rm", "--network", "none", built_image.ref).stdout
-            == dockerd.docker("run", "--rm", "--network", "none", built_image.base).stdout)
+    assert (
+        dockerd.docker("run", "--rm", "--network", "none", built_image.ref).stdout
+        == dockerd.docker("run", "--rm", "--network", "none", built_image.base).stdout
+    )
 
 
 def test_image_diff_shows_the_effective_diff_and_small_added_layers(dockerd, built_image):
@@ -139,17 +168,41 @@ def test_image_holds_the_cuda_kernel_that_kernels_check_accepts_for_sm90(dockerd
     holds the CUDA commit kernel, and the overlay's own check accepts it for sm_90 (no GPU here: --arch 90)."""
     stage = json.loads(run_in(dockerd, built_image.ref, "cat", "/opt/replayssm-overlay/kernels-stage.json").stdout)
     assert stage["status"] == "built" and stage["dir"] == "/opt/replayssm-overlay/kernels", stage
-    proc = run_in(dockerd, built_image.ref, "replayssm-overlay", "kernels", "check", "/opt/replayssm-overlay/kernels",
-                  "--arch", "90", "--json", check=False)
+    proc = run_in(
+        dockerd,
+        built_image.ref,
+        "replayssm-overlay",
+        "kernels",
+        "check",
+        "/opt/replayssm-overlay/kernels",
+        "--arch",
+        "90",
+        "--json",
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     check = json.loads(proc.stdout)
-    image_nvrtc = run_in(dockerd, built_image.ref, "python3", "-c",
-                         "import importlib.metadata as m; print(m.version('nvidia-cuda-nvrtc'))").stdout.strip()
+    image_nvrtc = run_in(
+        dockerd,
+        built_image.ref,
+        "python3",
+        "-c",
+        "import importlib.metadata as m; print(m.version('nvidia-cuda-nvrtc'))",
+    ).stdout.strip()
     assert check["ok"] and check["problems"] == []
     assert check["manifest"]["cuda"].startswith(f"built with NVRTC {'.'.join(image_nvrtc.split('.')[:2])} for sm_90")
     # the same folder is refused for another GPU generation: the check is not a rubber stamp
-    other = run_in(dockerd, built_image.ref, "replayssm-overlay", "kernels", "check", "/opt/replayssm-overlay/kernels",
-                   "--arch", "80", check=False)
+    other = run_in(
+        dockerd,
+        built_image.ref,
+        "replayssm-overlay",
+        "kernels",
+        "check",
+        "/opt/replayssm-overlay/kernels",
+        "--arch",
+        "80",
+        check=False,
+    )
     assert other.returncode == 1, other.stdout + other.stderr
 
 
@@ -157,8 +210,19 @@ def test_kernel_stage_reports_a_failed_build_and_a_wrong_mode(dockerd, built_ima
     """The stage script, run in the image: a build the kernels CLI refuses (no NVRTC where it looks) fails
     with the stage's message after the CLI's own; a wrong mode is a usage error."""
     script = "/opt/replayssm-overlay/build/scripts/kernels_stage.py"
-    build = run_in(dockerd, built_image.ref, "env", "RSO_NVRTC=/nonexistent/libnvrtc.so", "python3", script,
-                   "--mode", "build", "--stage", "/tmp/s", check=False)
+    build = run_in(
+        dockerd,
+        built_image.ref,
+        "env",
+        "RSO_NVRTC=/nonexistent/libnvrtc.so",
+        "python3",
+        script,
+        "--mode",
+        "build",
+        "--stage",
+        "/tmp/s",
+        check=False,
+    )
     assert build.returncode == 1 and "the AOT build failed" in build.stderr, build.stdout + build.stderr
     assert "no NVRTC library" in build.stderr and "KERNELS=skip" in build.stderr  # the CLI's, then the stage's
     wrong = run_in(dockerd, built_image.ref, "python3", script, "--mode", "fast", "--stage", "/tmp/t", check=False)
@@ -168,13 +232,28 @@ def test_kernel_stage_reports_a_failed_build_and_a_wrong_mode(dockerd, built_ima
 def test_manifest_step_refuses_labels_that_do_not_match_the_image(dockerd, built_image):
     """The last build step cross-checks the labels' values against the image; run it with wrong ones."""
     script = "/opt/replayssm-overlay/build/scripts/write_manifest.py"
-    common = ["--base-check", "/opt/replayssm-overlay/base-check.json",
-              "--kernels", "/opt/replayssm-overlay/kernels-stage.json", "--out", "/tmp/m.json"]
+    common = [
+        "--base-check",
+        "/opt/replayssm-overlay/base-check.json",
+        "--kernels",
+        "/opt/replayssm-overlay/kernels-stage.json",
+        "--out",
+        "/tmp/m.json",
+    ]
     wrong_sha = ",".join(f"{t}={'0' * 64}" for t in TARGETS)
     proc = run_in(dockerd, built_image.ref, "python3", script, *common, "--patched-files", wrong_sha, check=False)
     assert proc.returncode == 1 and "differ from the labels' values" in proc.stderr, proc.stderr
     labels = _labels(dockerd, built_image.ref)
-    proc = run_in(dockerd, built_image.ref, "python3", script, *common,
-                  "--patched-files", labels["org.replayssm.overlay.patched-files"],
-                  "--field", "overlay_version=9.9.9", check=False)
+    proc = run_in(
+        dockerd,
+        built_image.ref,
+        "python3",
+        script,
+        *common,
+        "--patched-files",
+        labels["org.replayssm.overlay.patched-files"],
+        "--field",
+        "overlay_version=9.9.9",
+        check=False,
+    )
     assert proc.returncode == 1 and "the build says 9.9.9" in proc.stderr, proc.stderr

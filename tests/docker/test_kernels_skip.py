@@ -17,14 +17,22 @@ SCRIPT = Path(__file__).resolve().parents[2] / "docker" / "scripts" / "kernels_s
 
 def test_skip_says_the_node_commits_with_sglangs_own_fold(tmp_path):
     stage = tmp_path / "stage"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--mode", "skip", "--stage", str(stage)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--mode", "skip", "--stage", str(stage)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     detail = json.loads((stage / "kernels-stage.json").read_text())["detail"]
     assert "the node commits with SGLang's own fold" in detail and "first use" not in detail
     env = dict(os.environ, **{loader.ENV_DIR: str(stage / "kernels")})
     env.pop("RSO_FOLD", None)
-    described = subprocess.run([sys.executable, "-c", "import json; from replayssm_overlay import fold; "
-                                "print(json.dumps(fold.describe()))"], capture_output=True, text=True, env=env,
-                               timeout=60)
+    described = subprocess.run(
+        [sys.executable, "-c", "import json; from replayssm_overlay import fold; print(json.dumps(fold.describe()))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert json.loads(described.stdout)["fold"] == "sglang", described.stdout + described.stderr

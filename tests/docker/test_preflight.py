@@ -19,10 +19,12 @@ PINNED = "sha256:" + "ab" * 32
 def _lock(tmp_path, repository="lmsysorg/sglang", digest="sha256:UNPINNED-run-make-pin-base", image_id=""):
     """A one-release, one-lane lock in docker/base.lock's format."""
     lock = tmp_path / "base.lock"
-    lock.write_text(f"# test lock\nSGLANG_RELEASE=0.5.19\nBASE_REPOSITORY={repository}\nCUDA_LANE=cu130\n"
-                    "RELEASES=0.5.19\nLANES_0.5.19=cu130\nBASE_TAG_0.5.19_cu130=v0.5.19-cu130\n"
-                    f"BASE_DIGEST_0.5.19_cu130={digest}\nBASE_IMAGE_ID_0.5.19_cu130={image_id}\n"
-                    "DRIVER_FLOOR_cu130=580.65.06\n")
+    lock.write_text(
+        f"# test lock\nSGLANG_RELEASE=0.5.19\nBASE_REPOSITORY={repository}\nCUDA_LANE=cu130\n"
+        "RELEASES=0.5.19\nLANES_0.5.19=cu130\nBASE_TAG_0.5.19_cu130=v0.5.19-cu130\n"
+        f"BASE_DIGEST_0.5.19_cu130={digest}\nBASE_IMAGE_ID_0.5.19_cu130={image_id}\n"
+        "DRIVER_FLOOR_cu130=580.65.06\n"
+    )
     return lock
 
 
@@ -37,25 +39,36 @@ NO_DAEMON = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
 
 def test_unknown_lane_is_refused(tmp_path):
-    _refused(make(None, "build", f"BASE_LOCK={_lock(tmp_path)}", "CUDA_LANE=cu128", env=NO_DAEMON),
-             "unknown CUDA lane 'cu128' for SGLang 0.5.19", "pin-base SGLANG_RELEASE=0.5.19 CUDA_LANE=cu128")
+    _refused(
+        make(None, "build", f"BASE_LOCK={_lock(tmp_path)}", "CUDA_LANE=cu128", env=NO_DAEMON),
+        "unknown CUDA lane 'cu128' for SGLang 0.5.19",
+        "pin-base SGLANG_RELEASE=0.5.19 CUDA_LANE=cu128",
+    )
 
 
 def test_placeholder_digest_is_refused(tmp_path):
     start = time.monotonic()
-    _refused(make(None, "build", f"BASE_LOCK={_lock(tmp_path)}", env=NO_DAEMON),
-             "no verified digest for SGLang 0.5.19 lane cu130", "make pin-base SGLANG_RELEASE=0.5.19 CUDA_LANE=cu130")
+    _refused(
+        make(None, "build", f"BASE_LOCK={_lock(tmp_path)}", env=NO_DAEMON),
+        "no verified digest for SGLang 0.5.19 lane cu130",
+        "make pin-base SGLANG_RELEASE=0.5.19 CUDA_LANE=cu130",
+    )
     assert time.monotonic() - start < 30
 
 
 def test_unknown_base_is_refused(tmp_path):
-    _refused(make(None, "build", f"BASE_LOCK={_lock(tmp_path, digest=PINNED)}", "BASE_IMAGE=ubuntu:22.04",
-                  env=NO_DAEMON), "unknown base 'ubuntu:22.04'", "BASE_STANDIN=true")
+    _refused(
+        make(None, "build", f"BASE_LOCK={_lock(tmp_path, digest=PINNED)}", "BASE_IMAGE=ubuntu:22.04", env=NO_DAEMON),
+        "unknown base 'ubuntu:22.04'",
+        "BASE_STANDIN=true",
+    )
 
 
 def test_missing_daemon_is_refused(tmp_path):
-    _refused(make(None, "build", f"BASE_LOCK={_lock(tmp_path, digest=PINNED)}", env=NO_DAEMON),
-             "no Docker daemon answers at unix:///nonexistent/docker.sock")
+    _refused(
+        make(None, "build", f"BASE_LOCK={_lock(tmp_path, digest=PINNED)}", env=NO_DAEMON),
+        "no Docker daemon answers at unix:///nonexistent/docker.sock",
+    )
     _refused(make(None, "save", "IMAGE=x:y", env=NO_DAEMON), "no Docker daemon")
 
 
@@ -74,8 +87,9 @@ def test_pin_base_refuses_an_unreachable_registry_quickly(tmp_path):
     lock = _lock(tmp_path, repository="127.0.0.1:9/lmsysorg/sglang")
     before = lock.read_text()
     start = time.monotonic()
-    _refused(make(None, "pin-base", f"BASE_LOCK={lock}", env=NO_DAEMON), "registry 127.0.0.1:9 is not reachable",
-             "make save")
+    _refused(
+        make(None, "pin-base", f"BASE_LOCK={lock}", env=NO_DAEMON), "registry 127.0.0.1:9 is not reachable", "make save"
+    )
     assert time.monotonic() - start < 30 and lock.read_text() == before
 
 
@@ -86,11 +100,18 @@ def test_local_base_is_accepted_by_locked_image_id_and_refused_otherwise(dockerd
     dockerd.docker("tag", standin_base, tag)
     local_id = dockerd.docker("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip()
     try:
-        _refused(make(dockerd, "build", f"BASE_LOCK={_lock(tmp_path, digest=PINNED)}"),
-                 "mismatched digest", f"pins {PINNED}", "BASE_IMAGE_ID_0.5.19_cu130")
-        ok = subprocess.run([sys.executable, str(REPO / "docker" / "tools" / "preflight.py"), "--no-pull"],
-                            env={**dockerd.env(), "RSO_BASE_LOCK": str(_lock(tmp_path, digest=PINNED, image_id=local_id))},
-                            capture_output=True, text=True)
+        _refused(
+            make(dockerd, "build", f"BASE_LOCK={_lock(tmp_path, digest=PINNED)}"),
+            "mismatched digest",
+            f"pins {PINNED}",
+            "BASE_IMAGE_ID_0.5.19_cu130",
+        )
+        ok = subprocess.run(
+            [sys.executable, str(REPO / "docker" / "tools" / "preflight.py"), "--no-pull"],
+            env={**dockerd.env(), "RSO_BASE_LOCK": str(_lock(tmp_path, digest=PINNED, image_id=local_id))},
+            capture_output=True,
+            text=True,
+        )
         assert ok.returncode == 0, ok.stderr
         assert f"release base {tag} {PINNED}" in ok.stdout
         assert "matches the locked image ID" in ok.stderr
@@ -102,8 +123,7 @@ def test_local_base_is_accepted_by_locked_image_id_and_refused_otherwise(dockerd
 def test_base_neither_local_nor_in_a_reachable_registry_is_refused(dockerd, tmp_path):
     lock = _lock(tmp_path, repository="127.0.0.1:9/lmsysorg/sglang", digest=PINNED)
     start = time.monotonic()
-    _refused(make(dockerd, "build", f"BASE_LOCK={lock}"), "registry 127.0.0.1:9 is not reachable",
-             "Air-gapped sites")
+    _refused(make(dockerd, "build", f"BASE_LOCK={lock}"), "registry 127.0.0.1:9 is not reachable", "Air-gapped sites")
     assert time.monotonic() - start < 60
 
 
@@ -125,8 +145,9 @@ def _real_lock() -> dict[str, str]:
 
 
 REAL_LOCK = _real_lock()
-PINS = [(release, lane) for release in REAL_LOCK["RELEASES"].split(",")
-        for lane in REAL_LOCK[f"LANES_{release}"].split(",")]
+PINS = [
+    (release, lane) for release in REAL_LOCK["RELEASES"].split(",") for lane in REAL_LOCK[f"LANES_{release}"].split(",")
+]
 #: the digests known from public Dockerfiles and Docker Hub's tag API
 KNOWN_DIGESTS = {
     ("0.5.19", "cu130"): "sha256:d6e7288627be8b02be88e4bba38e73f6d50e2826869f753c13a4c4385ab3eda9",
@@ -153,18 +174,29 @@ def test_every_release_and_lane_builds_from_the_lock_or_names_the_pin_base_comma
     if (release, lane) in KNOWN_DIGESTS:
         _refused(proc, "no Docker daemon answers")
     else:
-        _refused(proc, f"no verified digest for SGLang {release} lane {lane}",
-                 f"`make pin-base SGLANG_RELEASE={release} CUDA_LANE={lane}`")
+        _refused(
+            proc,
+            f"no verified digest for SGLang {release} lane {lane}",
+            f"`make pin-base SGLANG_RELEASE={release} CUDA_LANE={lane}`",
+        )
 
 
-@pytest.mark.parametrize("release,message", [
-    ("0.5.18", "unknown SGLang release '0.5.18'"), ("0.5.24", "unknown SGLang release '0.5.24'"),
-    ("0.5.20rc1", "unknown SGLang release '0.5.20rc1'")])
+@pytest.mark.parametrize(
+    "release,message",
+    [
+        ("0.5.18", "unknown SGLang release '0.5.18'"),
+        ("0.5.24", "unknown SGLang release '0.5.24'"),
+        ("0.5.20rc1", "unknown SGLang release '0.5.20rc1'"),
+    ],
+)
 def test_release_the_lock_does_not_list_is_refused(release, message):
     _refused(make(None, "build", f"SGLANG_RELEASE={release}", env=NO_DAEMON), message, "SGLANG_RELEASE=0.5.19 or")
     _refused(make(None, "pin-base", f"SGLANG_RELEASE={release}", "DIGEST=" + PINNED, env=NO_DAEMON), message)
 
 
 def test_later_releases_have_no_cuda12_lane():
-    _refused(make(None, "build", "SGLANG_RELEASE=0.5.23", "CUDA_LANE=cu129", env=NO_DAEMON),
-             "unknown CUDA lane 'cu129' for SGLang 0.5.23", "LANES_0.5.23")
+    _refused(
+        make(None, "build", "SGLANG_RELEASE=0.5.23", "CUDA_LANE=cu129", env=NO_DAEMON),
+        "unknown CUDA lane 'cu129' for SGLang 0.5.23",
+        "LANES_0.5.23",
+    )

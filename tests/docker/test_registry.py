@@ -23,17 +23,20 @@ PLACEHOLDER = "sha256:UNPINNED-run-make-pin-base"
 
 def _lock(tmp_path, repository, digest=PLACEHOLDER):
     lock = tmp_path / "base.lock"
-    lock.write_text(f"# a lock in docker/base.lock's format, on the test registry\nSGLANG_RELEASE=0.5.19\n"
-                    f"BASE_REPOSITORY={repository}\nCUDA_LANE=cu130\nRELEASES=0.5.19\nLANES_0.5.19=cu130\n"
-                    f"BASE_TAG_0.5.19_cu130=v0.5.19-cu130\nBASE_DIGEST_0.5.19_cu130={digest}\n"
-                    "BASE_IMAGE_ID_0.5.19_cu130=\nDRIVER_FLOOR_cu130=580.65.06\n")
+    lock.write_text(
+        f"# a lock in docker/base.lock's format, on the test registry\nSGLANG_RELEASE=0.5.19\n"
+        f"BASE_REPOSITORY={repository}\nCUDA_LANE=cu130\nRELEASES=0.5.19\nLANES_0.5.19=cu130\n"
+        f"BASE_TAG_0.5.19_cu130=v0.5.19-cu130\nBASE_DIGEST_0.5.19_cu130={digest}\n"
+        "BASE_IMAGE_ID_0.5.19_cu130=\nDRIVER_FLOOR_cu130=580.65.06\n"
+    )
     return lock
 
 
 def _forget(dockerd, repository):
     """Drop every local reference into `repository` (tags and digests), so the next use must pull."""
-    listed = dockerd.docker("image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}",
-                            repository).stdout.split("\n")
+    listed = dockerd.docker(
+        "image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}", repository
+    ).stdout.split("\n")
     for line in filter(None, listed):
         repo, tag, digest = line.split()
         refs = [f"{repo}:{tag}"] if tag != "<none>" else []
@@ -66,8 +69,9 @@ def test_base_pinned_and_pulled_by_digest_then_the_image_pushed_and_pulled_back(
         assert f"old {PLACEHOLDER}" in proc.stdout and f"new {digest}" in proc.stdout
 
         _forget(dockerd, repository)  # the build must pull the base, by the locked digest
-        proc = make(dockerd, "build", f"BASE_LOCK={lock}", "KERNELS=skip", f"BUILD_DIR={tmp_path / 'b'}",
-                    f"IMAGE={image}")
+        proc = make(
+            dockerd, "build", f"BASE_LOCK={lock}", "KERNELS=skip", f"BUILD_DIR={tmp_path / 'b'}", f"IMAGE={image}"
+        )
         assert proc.returncode == 0, proc.stdout[-4000:]
         assert f"pulling {tag}@{digest} by digest" in proc.stdout
         labels = json.loads(dockerd.docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
@@ -103,10 +107,16 @@ def test_base_pinned_and_pulled_by_digest_then_the_image_pushed_and_pulled_back(
 def test_a_digest_the_registry_lacks_stops_the_build_before_anything_is_built(dockerd, registry, tmp_path):
     missing = "sha256:" + "7" * 64
     lock = _lock(tmp_path, f"{registry.address}/lmsysorg/sglang", digest=missing)
-    proc = make(dockerd, "build", f"BASE_LOCK={lock}", "KERNELS=skip", f"BUILD_DIR={tmp_path / 'b'}",
-                "IMAGE=rso-test-must-not-exist:x")
+    proc = make(
+        dockerd,
+        "build",
+        f"BASE_LOCK={lock}",
+        "KERNELS=skip",
+        f"BUILD_DIR={tmp_path / 'b'}",
+        "IMAGE=rso-test-must-not-exist:x",
+    )
     assert proc.returncode != 0
-    error = proc.stdout[proc.stdout.rindex("error: "):]
+    error = proc.stdout[proc.stdout.rindex("error: ") :]
     assert f"the registry has no image with the pinned digest {missing}" in error, proc.stdout[-3000:]
     assert "make pin-base SGLANG_RELEASE=0.5.19 CUDA_LANE=cu130" in error
     assert "[2/4]" not in proc.stdout  # refused in the preflight: no wheel, no build
@@ -117,7 +127,7 @@ def test_a_registry_that_refuses_the_push_gives_one_message_and_leaves_no_tag(do
     with start_registry(tmp_path / "ro", read_only=True) as read_only:
         proc = make(dockerd, "push", f"IMAGE={built_image.ref}", f"REGISTRY={read_only.address}/ml")
     assert proc.returncode != 0
-    error = proc.stdout[proc.stdout.rindex("error: "):]
+    error = proc.stdout[proc.stdout.rindex("error: ") :]
     assert f"registry {read_only.address}/ml refused the push" in error and "fix: " in error, proc.stdout[-3000:]
     target = f"{read_only.address}/ml/{built_image.ref}"
     assert dockerd.docker("image", "inspect", target, check=False).returncode != 0
@@ -131,16 +141,25 @@ def test_a_registry_that_serves_other_bytes_under_the_digest_is_refused(dockerd,
     tag = f"{repository}:v0.5.19-cu130"
     dockerd.docker("tag", base, tag)
     dockerd.docker("push", tag, timeout=600)
-    digest = next(d.split("@")[1] for d in json.loads(dockerd.docker(
-        "image", "inspect", "--format", "{{json .RepoDigests}}", tag).stdout) if d.startswith(repository + "@"))
+    digest = next(
+        d.split("@")[1]
+        for d in json.loads(dockerd.docker("image", "inspect", "--format", "{{json .RepoDigests}}", tag).stdout)
+        if d.startswith(repository + "@")
+    )
     blob = registry.root / "data/docker/registry/v2/blobs/sha256" / digest[7:9] / digest[7:] / "data"
     blob.write_bytes(blob.read_bytes() + b"\n")  # still valid JSON, no longer these bytes
     _forget(dockerd, repository)
     try:
-        proc = make(dockerd, "build", f"BASE_LOCK={_lock(tmp_path, repository, digest=digest)}", "KERNELS=skip",
-                    f"BUILD_DIR={tmp_path / 'b'}", "IMAGE=rso-test-must-not-exist:x")
+        proc = make(
+            dockerd,
+            "build",
+            f"BASE_LOCK={_lock(tmp_path, repository, digest=digest)}",
+            "KERNELS=skip",
+            f"BUILD_DIR={tmp_path / 'b'}",
+            "IMAGE=rso-test-must-not-exist:x",
+        )
         assert proc.returncode != 0
-        error = proc.stdout[proc.stdout.rindex("error: "):]
+        error = proc.stdout[proc.stdout.rindex("error: ") :]
         assert f"the registry served bytes that do not match the pinned digest {digest}" in error, proc.stdout[-3000:]
         assert "[2/4]" not in proc.stdout
         assert dockerd.docker("image", "inspect", f"{repository}@{digest}", check=False).returncode != 0

@@ -33,7 +33,8 @@ decoding and greedy parity are well defined. Decoding is always greedy (temperat
 Like SGLang it speculates only when started with `--speculative-algorithm` and serves /metrics only with
 `--enable-metrics`; it accepts (and ignores) the rest of SGLang's launch flags, so a container can run it
 with the stock `python3 -m sglang.launch_server ...` command line. Knobs that make it misbehave on
-purpose are listed in `--help` (also read from the environment variable SGLANG_DOUBLE_ARGS). Two of them act on output position k
+purpose are listed in `--help` (also read from the environment variable SGLANG_DOUBLE_ARGS). Two of them act on
+output position k
 (0-based, counted in generated tokens) of every generation request:
   * --wrong-token-at k: the "speculative" path emits a token that is not the argmax (a lossy verify);
   * --tie-at k: the model has a near-tie at that position (top two logits 1e-5 apart) and the
@@ -77,22 +78,61 @@ VERSION = "0.5.19"
 # The /generate request fields and sampling params it models. Unlike SGLang, it refuses any other key, so a
 # misspelt field in a client fails loudly here; tests/smoke/test_smoke_double.py checks these names against the
 # installed 0.5.19 (GenerateReqInput's and SamplingParams' dataclass fields).
-REQUEST_FIELDS = frozenset({"text", "input_ids", "sampling_params", "rid", "return_logprob", "logprob_start_len",
-                            "top_logprobs_num", "return_text_in_logprobs", "return_prompt_token_ids", "stream"})
-SAMPLING_FIELDS = frozenset({"max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop",
-                             "stop_token_ids"})
+REQUEST_FIELDS = frozenset(
+    {
+        "text",
+        "input_ids",
+        "sampling_params",
+        "rid",
+        "return_logprob",
+        "logprob_start_len",
+        "top_logprobs_num",
+        "return_text_in_logprobs",
+        "return_prompt_token_ids",
+        "stream",
+    }
+)
+SAMPLING_FIELDS = frozenset({"max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop", "stop_token_ids"})
 # What sglang-router 0.3.2 writes into every /generate it forwards, with the values it writes (seen on the wire).
 # SGLang accepts them (all but `model` are GenerateReqInput fields; its endpoint ignores `model`); the double
 # accepts them at exactly these values, so a client that sets one still fails loudly. `model` may also name the
 # served model, as smg 1.x may write it.
-ROUTER_FIELDS = {"model": None, "log_metrics": True, "return_hidden_states": False, "background": False,
-                 "no_logs": False, "return_bytes": False, "return_entropy": False}
+ROUTER_FIELDS = {
+    "model": None,
+    "log_metrics": True,
+    "return_hidden_states": False,
+    "background": False,
+    "no_logs": False,
+    "return_bytes": False,
+    "return_entropy": False,
+}
 
 
 # SGLang 0.5.19's default buckets (observability/metrics_collector.py) for the latency histograms it exports.
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
-               0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000)
+ITL_BUCKETS = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.000,
+    2.000,
+    4.000,
+)
 E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400)
 
 
@@ -114,8 +154,11 @@ class Histogram:
 
     def lines(self, name: str, labels: str) -> list[str]:
         out = [f'{name}_bucket{{{labels},le="{float(b)}"}} {float(c)}' for b, c in zip(self.buckets, self.counts)]
-        return out + [f'{name}_bucket{{{labels},le="+Inf"}} {float(self.count)}',
-                      f"{name}_sum{{{labels}}} {self.sum}", f"{name}_count{{{labels}}} {float(self.count)}"]
+        return out + [
+            f'{name}_bucket{{{labels},le="+Inf"}} {float(self.count)}',
+            f"{name}_sum{{{labels}}} {self.sum}",
+            f"{name}_count{{{labels}}} {float(self.count)}",
+        ]
 
 
 # ----------------------------------------------------------------------------------------- the toy model
@@ -186,10 +229,19 @@ class ServerState:
         self.model = ToyModel()
         self.started = time.time()
         self.lock = threading.Lock()
-        self.counters = {"prompt_tokens": 0, "generation_tokens": 0, "verify_calls": 0, "accept_tokens": 0,
-                         "requests": 0, "aborted": 0}
-        self.histograms = {"ttft": Histogram(TTFT_BUCKETS), "itl": Histogram(ITL_BUCKETS),
-                           "e2e": Histogram(E2E_BUCKETS)}
+        self.counters = {
+            "prompt_tokens": 0,
+            "generation_tokens": 0,
+            "verify_calls": 0,
+            "accept_tokens": 0,
+            "requests": 0,
+            "aborted": 0,
+        }
+        self.histograms = {
+            "ttft": Histogram(TTFT_BUCKETS),
+            "itl": Histogram(ITL_BUCKETS),
+            "e2e": Histogram(E2E_BUCKETS),
+        }
         self.last_window = {"accept_length": 0.0, "accept_rate": 0.0}
         self.in_flight = 0  # /generate requests being served (SGLang: len(rid_to_state))
         self.draining = False  # set by SIGTERM (SGLang: tokenizer_manager.gracefully_exit)
@@ -220,7 +272,7 @@ class ServerState:
     def _class_accept_length(self, prompt_ids: list[int]) -> float:
         """The mean of the first --accept-length-for PREFIX=L whose PREFIX starts the prompt, else the default."""
         for prefix, value in self.args.accept_length_for:
-            if prompt_ids[:len(prefix)] == prefix:
+            if prompt_ids[: len(prefix)] == prefix:
                 return value
         return self.accept_length()
 
@@ -352,8 +404,11 @@ class ServerState:
         }
         if req.get("return_logprob"):
             start = req.get("logprob_start_len")
-            meta.update(self._logprob_fields(ids, out, -1 if start is None else int(start),
-                                             int(req.get("top_logprobs_num") or 0)))
+            meta.update(
+                self._logprob_fields(
+                    ids, out, -1 if start is None else int(start), int(req.get("top_logprobs_num") or 0)
+                )
+            )
         spec = self._spec_fields(ids, len(out)) if self.speculative else {}
         if not req.get("stream"):
             time.sleep(self.args.step_ms / 1000.0 * self.steps({**spec, "completion_tokens": len(out)}))
@@ -365,8 +420,10 @@ class ServerState:
             if spec:
                 self.counters["verify_calls"] += spec["spec_verify_ct"]
                 self.counters["accept_tokens"] += len(out)
-                self.last_window = {"accept_length": spec["spec_accept_length"],
-                                    "accept_rate": spec["spec_accept_rate"]}
+                self.last_window = {
+                    "accept_length": spec["spec_accept_length"],
+                    "accept_rate": spec["spec_accept_rate"],
+                }
         result = {"text": detokenize(out), "output_ids": out, "meta_info": meta}
         if req.get("return_prompt_token_ids"):
             result["prompt_token_ids"] = list(ids)
@@ -397,8 +454,15 @@ class ServerState:
             "speculative_num_draft_tokens": args.draft_tokens if spec else None,
             "enable_linear_replayssm_spec": args.enable_linear_replayssm_spec,
             "mamba_ssm_dtype": args.mamba_ssm_dtype,
-            **{name: getattr(args, name) for name in ("linear_attn_backend", "linear_attn_decode_backend",
-                                                      "linear_attn_prefill_backend", "linear_attn_verify_backend")},
+            **{
+                name: getattr(args, name)
+                for name in (
+                    "linear_attn_backend",
+                    "linear_attn_decode_backend",
+                    "linear_attn_prefill_backend",
+                    "linear_attn_verify_backend",
+                )
+            },
             "startup_time": self.started,
             "internal_states": [internal],
             "version": args.sglang_version,
@@ -427,19 +491,43 @@ class ServerState:
         """/v1/loads: one DP rank; a request in flight counts as running (the double has no queue)."""
         with self.lock:
             running = self.in_flight
-        core = {"timestamp": time.time(), "dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": 0,
-                "num_waiting_uncached_tokens": 0, "num_used_tokens": 0, "num_total_tokens": 0,
-                "num_active_tokens": 0, "max_total_num_tokens": 65536, "max_running_requests": 64,
-                "token_usage": 0.0, "gen_throughput": 0.0, "cache_hit_rate": 0.0, "utilization": 0.0}
-        return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "version": VERSION,
-                "accelerator": None, "num_accelerators": 1, "loads": [core]}
+        core = {
+            "timestamp": time.time(),
+            "dp_rank": 0,
+            "num_running_reqs": running,
+            "num_waiting_reqs": 0,
+            "num_waiting_uncached_tokens": 0,
+            "num_used_tokens": 0,
+            "num_total_tokens": 0,
+            "num_active_tokens": 0,
+            "max_total_num_tokens": 65536,
+            "max_running_requests": 64,
+            "token_usage": 0.0,
+            "gen_throughput": 0.0,
+            "cache_hit_rate": 0.0,
+            "utilization": 0.0,
+        }
+        return {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+            "version": VERSION,
+            "accelerator": None,
+            "num_accelerators": 1,
+            "loads": [core],
+        }
 
     def legacy_load(self) -> list:
         """/get_load: the deprecated projection of /v1/loads."""
         core = self.loads()["loads"][0]
-        return [{"dp_rank": 0, "num_reqs": core["num_running_reqs"] + core["num_waiting_reqs"],
-                 "num_waiting_reqs": core["num_waiting_reqs"], "num_tokens": 0, "num_pending_tokens": 0,
-                 "ts_tic": time.perf_counter()}]
+        return [
+            {
+                "dp_rank": 0,
+                "num_reqs": core["num_running_reqs"] + core["num_waiting_reqs"],
+                "num_waiting_reqs": core["num_waiting_reqs"],
+                "num_tokens": 0,
+                "num_pending_tokens": 0,
+                "ts_tic": time.perf_counter(),
+            }
+        ]
 
     def metrics(self) -> str:
         name = self.args.served_model_name or self.args.model_path
@@ -450,26 +538,39 @@ class ServerState:
             h = {key: _copy_histogram(hist) for key, hist in self.histograms.items()}
         # labelled counters and histograms have no sample until the first finished request (SGLang 0.5.19
         # creates the label set then); the gauges are there from the start
-        lines = [] if not c["requests"] else [
-            "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
-            "# TYPE sglang:prompt_tokens_total counter",
-            f'sglang:prompt_tokens_total{{{base},is_streaming="false"}} {float(c["prompt_tokens"])}',
-            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
-            "# TYPE sglang:generation_tokens_total counter",
-            f'sglang:generation_tokens_total{{{base},is_streaming="false"}} {float(c["generation_tokens"])}',
-            "# HELP sglang:num_requests_total Number of requests processed.",
-            "# TYPE sglang:num_requests_total counter",
-            f'sglang:num_requests_total{{{base},is_streaming="false"}} {float(c["requests"])}',
-            "# HELP sglang:num_aborted_requests_total Number of requests aborted.",
-            "# TYPE sglang:num_aborted_requests_total counter",
-            f"sglang:num_aborted_requests_total{{{base}}} {float(c['aborted'])}",
-        ]
+        lines = (
+            []
+            if not c["requests"]
+            else [
+                "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
+                "# TYPE sglang:prompt_tokens_total counter",
+                f'sglang:prompt_tokens_total{{{base},is_streaming="false"}} {float(c["prompt_tokens"])}',
+                "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+                "# TYPE sglang:generation_tokens_total counter",
+                f'sglang:generation_tokens_total{{{base},is_streaming="false"}} {float(c["generation_tokens"])}',
+                "# HELP sglang:num_requests_total Number of requests processed.",
+                "# TYPE sglang:num_requests_total counter",
+                f'sglang:num_requests_total{{{base},is_streaming="false"}} {float(c["requests"])}',
+                "# HELP sglang:num_aborted_requests_total Number of requests aborted.",
+                "# TYPE sglang:num_aborted_requests_total counter",
+                f"sglang:num_aborted_requests_total{{{base}}} {float(c['aborted'])}",
+            ]
+        )
         histograms = (
-            ("sglang:time_to_first_token_seconds", "ttft", f'{base},is_streaming="false"',
-             "Histogram of time to first token in seconds."),
+            (
+                "sglang:time_to_first_token_seconds",
+                "ttft",
+                f'{base},is_streaming="false"',
+                "Histogram of time to first token in seconds.",
+            ),
             ("sglang:inter_token_latency_seconds", "itl", base, "Histogram of inter-token latency in seconds."),
-            ("sglang:e2e_request_latency_seconds", "e2e", f'{base},is_streaming="false"',
-             "Histogram of End-to-end request latency in seconds"))
+            (
+                "sglang:e2e_request_latency_seconds",
+                "e2e",
+                f'{base},is_streaming="false"',
+                "Histogram of End-to-end request latency in seconds",
+            ),
+        )
         for name, key, labels, doc in histograms if c["requests"] else ():
             lines += [f"# HELP {name} {doc}", f"# TYPE {name} histogram", *h[key].lines(name, labels)]
         if self.speculative and c["verify_calls"]:
@@ -524,8 +625,9 @@ def _check_fields(req: dict) -> None:
     unknown += [f"sampling_params.{k}" for k in sorted(set(params) - SAMPLING_FIELDS)]
     if unknown:
         raise BadRequest(f"the test double does not model field(s) {unknown}")
-    if req.get("stream") and (isinstance(req.get("text"), list) or
-                              (req.get("input_ids") and isinstance(req["input_ids"][0], list))):
+    if req.get("stream") and (
+        isinstance(req.get("text"), list) or (req.get("input_ids") and isinstance(req["input_ids"][0], list))
+    ):
         raise BadRequest("the test double streams single prompts only, not batches")
 
 
@@ -633,9 +735,15 @@ def make_handler(state: ServerState):
                     if sent > per_step:
                         time.sleep(state.args.step_ms / 1000.0)
                     done = sent >= len(out)
-                    chunk = {"text": detokenize(out[:sent]), "output_ids": out[:sent],
-                             "meta_info": {**meta, "completion_tokens": min(sent, len(out)),
-                                           "finish_reason": meta["finish_reason"] if done else None}}
+                    chunk = {
+                        "text": detokenize(out[:sent]),
+                        "output_ids": out[:sent],
+                        "meta_info": {
+                            **meta,
+                            "completion_tokens": min(sent, len(out)),
+                            "finish_reason": meta["finish_reason"] if done else None,
+                        },
+                    }
                     self._event(json.dumps(chunk).encode())
                 self._event(b"[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
@@ -706,46 +814,111 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sg = p.add_argument_group("SGLang flags")
     sg.add_argument("--host", default="127.0.0.1")
     sg.add_argument("--port", type=int, default=30000, help="0 picks a free port (printed on stderr)")
-    sg.add_argument("--model-path", default="Qwen/Qwen3-Next-80B-A3B-Instruct",
-                    help="reported as model_path (the smoke thresholds match on it)")
+    sg.add_argument(
+        "--model-path",
+        default="Qwen/Qwen3-Next-80B-A3B-Instruct",
+        help="reported as model_path (the smoke thresholds match on it)",
+    )
     sg.add_argument("--served-model-name", default=None)
-    sg.add_argument("--speculative-algorithm", "--algorithm", dest="algorithm", default="NONE",
-                    help="e.g. DFLASH, DSPARK; NONE (the default) serves without speculation")
-    sg.add_argument("--speculative-num-draft-tokens", "--draft-tokens", dest="draft_tokens", type=int, default=16,
-                    help="verify window (default 16)")
+    sg.add_argument(
+        "--speculative-algorithm",
+        "--algorithm",
+        dest="algorithm",
+        default="NONE",
+        help="e.g. DFLASH, DSPARK; NONE (the default) serves without speculation",
+    )
+    sg.add_argument(
+        "--speculative-num-draft-tokens",
+        "--draft-tokens",
+        dest="draft_tokens",
+        type=int,
+        default=16,
+        help="verify window (default 16)",
+    )
     sg.add_argument("--speculative-draft-model-path", default=None)
     sg.add_argument("--enable-linear-replayssm-spec", action="store_true")
     sg.add_argument("--enable-metrics", action="store_true", help="serve /metrics (Prometheus text)")
     sg.add_argument("--mamba-ssm-dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    for flag in ("--linear-attn-backend", "--linear-attn-decode-backend", "--linear-attn-prefill-backend",
-                 "--linear-attn-verify-backend"):
+    for flag in (
+        "--linear-attn-backend",
+        "--linear-attn-decode-backend",
+        "--linear-attn-prefill-backend",
+        "--linear-attn-verify-backend",
+    ):
         sg.add_argument(flag, default="triton" if flag == "--linear-attn-backend" else None)
     kn = p.add_argument_group("test-double knobs")
     kn.add_argument("--sglang-version", default=VERSION, help=f"the version /server_info reports (default {VERSION})")
-    kn.add_argument("--accept-length", type=float, default=3.0,
-                    help="mean accept length per verify (bonus token included); each prompt varies it +-20%%")
-    kn.add_argument("--wrong-token-at", type=int, default=None, metavar="K",
-                    help="emit a non-argmax token at output position K (0-based) of every request (lossy verify)")
-    kn.add_argument("--tie-at", type=int, default=None, metavar="K",
-                    help="make output position K a near-tie (1e-5) and emit the runner-up there")
+    kn.add_argument(
+        "--accept-length",
+        type=float,
+        default=3.0,
+        help="mean accept length per verify (bonus token included); each prompt varies it +-20%%",
+    )
+    kn.add_argument(
+        "--wrong-token-at",
+        type=int,
+        default=None,
+        metavar="K",
+        help="emit a non-argmax token at output position K (0-based) of every request (lossy verify)",
+    )
+    kn.add_argument(
+        "--tie-at",
+        type=int,
+        default=None,
+        metavar="K",
+        help="make output position K a near-tie (1e-5) and emit the runner-up there",
+    )
     kn.add_argument("--unhealthy", action="store_true", help="/health and /health_generate always answer 503")
-    kn.add_argument("--health-file", default=None, metavar="PATH",
-                    help="/health answers 503 while PATH exists (flip health at run time)")
-    kn.add_argument("--start-delay", type=float, default=0.0, metavar="S",
-                    help="/health answers 503 for the first S seconds (a slow start)")
+    kn.add_argument(
+        "--health-file",
+        default=None,
+        metavar="PATH",
+        help="/health answers 503 while PATH exists (flip health at run time)",
+    )
+    kn.add_argument(
+        "--start-delay",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="/health answers 503 for the first S seconds (a slow start)",
+    )
     kn.add_argument("--malformed", action="store_true", help="/generate answers 200 without output_ids/meta_info")
-    kn.add_argument("--step-ms", type=float, default=0.0,
-                    help="sleep per forward pass (one per verify, or per token without speculation)")
-    kn.add_argument("--request-seconds", type=float, default=0.0, metavar="S",
-                    help="every /generate request takes at least S seconds (something is always in flight)")
-    kn.add_argument("--accept-length-file", default=None, metavar="PATH",
-                    help="while PATH exists, the number in it replaces --accept-length (a draft gone bad at "
-                         "run time: outputs stay correct, only acceptance falls)")
-    kn.add_argument("--accept-length-for", action="append", default=[], metavar="PREFIX=L", type=_class_knob,
-                    help="prompts that start with PREFIX get mean accept length L (repeat; the first match wins): "
-                         "a draft that collapses on one request class only")
-    kn.add_argument("--drain-poll-seconds", type=float, default=5.0, metavar="S",
-                    help="after SIGTERM, how often the drain checks for requests in flight (SGLang: 5)")
+    kn.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="sleep per forward pass (one per verify, or per token without speculation)",
+    )
+    kn.add_argument(
+        "--request-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="every /generate request takes at least S seconds (something is always in flight)",
+    )
+    kn.add_argument(
+        "--accept-length-file",
+        default=None,
+        metavar="PATH",
+        help="while PATH exists, the number in it replaces --accept-length (a draft gone bad at "
+        "run time: outputs stay correct, only acceptance falls)",
+    )
+    kn.add_argument(
+        "--accept-length-for",
+        action="append",
+        default=[],
+        metavar="PREFIX=L",
+        type=_class_knob,
+        help="prompts that start with PREFIX get mean accept length L (repeat; the first match wins): "
+        "a draft that collapses on one request class only",
+    )
+    kn.add_argument(
+        "--drain-poll-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="after SIGTERM, how often the drain checks for requests in flight (SGLang: 5)",
+    )
     kn.add_argument("--quiet", action="store_true", help="no per-request log lines")
     argv = list(sys.argv[1:] if argv is None else argv) + shlex.split(os.environ.get("SGLANG_DOUBLE_ARGS", ""))
     args, ignored = p.parse_known_args(argv)

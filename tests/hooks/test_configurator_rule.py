@@ -70,17 +70,26 @@ def test_stock_rule_is_what_the_overlay_changes(case):
         assert result["error"] == "ValueError"
 
 
-@pytest.mark.parametrize("flags, sm_major, row", [
-    ({}, 9, "fold-float32-triton-verify"),
-    ({"linear_attn_backend": "flashinfer"}, 9, "fold-float32-flashinfer-verify"),
-    ({"linear_attn_backend": "flashinfer"}, 8, "fold-float32-triton-verify"),
-    ({"linear_attn_backend": "flashinfer"}, None, "fold-float32-flashinfer-verify"),
-    ({"linear_attn_backend": "flashinfer", "linear_attn_verify_backend": "triton"}, 9, "fold-float32-triton-verify"),
-    ({"linear_attn_prefill_backend": "flashinfer", "linear_attn_verify_backend": "flashinfer"}, 10,
-     "fold-float32-flashinfer-verify"),
-])
-def test_the_record_and_the_info_line_carry_the_row_the_published_flags_pick(flags, sm_major, row, monkeypatch,
-                                                                              caplog):
+@pytest.mark.parametrize(
+    "flags, sm_major, row",
+    [
+        ({}, 9, "fold-float32-triton-verify"),
+        ({"linear_attn_backend": "flashinfer"}, 9, "fold-float32-flashinfer-verify"),
+        ({"linear_attn_backend": "flashinfer"}, 8, "fold-float32-triton-verify"),
+        ({"linear_attn_backend": "flashinfer"}, None, "fold-float32-flashinfer-verify"),
+        (
+            {"linear_attn_backend": "flashinfer", "linear_attn_verify_backend": "triton"},
+            9,
+            "fold-float32-triton-verify",
+        ),
+        (
+            {"linear_attn_prefill_backend": "flashinfer", "linear_attn_verify_backend": "flashinfer"},
+            10,
+            "fold-float32-flashinfer-verify",
+        ),
+    ],
+)
+def test_the_record_and_the_info_line_carry_the_row_the_published_flags_pick(flags, sm_major, row, monkeypatch, caplog):
     """The hook reads the published --linear-attn-* flags and this GPU (stubbed here) when it lifts the
     refusal: the self-check record and the INFO line say the claim of that configuration's row."""
     from replayssm_overlay import exactness, fold, selfcheck

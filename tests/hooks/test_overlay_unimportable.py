@@ -55,8 +55,11 @@ def test_each_patched_module_says_once_why_and_how_to_fix(reports):
     lines = [line for line in hidden["overlay_log"] if "not importable" in line["message"]]
     loggers = [line["logger"] for line in lines]
     assert sorted(loggers) == sorted(set(loggers)), "logged more than once per file"
-    assert {"sglang.srt.mem_cache.kv_cache_configurator", "sglang.srt.speculative.dflash_worker_v2",
-            "sglang.srt.speculative.dspark_components.dspark_worker_v2"} == set(loggers)
+    assert {
+        "sglang.srt.mem_cache.kv_cache_configurator",
+        "sglang.srt.speculative.dflash_worker_v2",
+        "sglang.srt.speculative.dspark_components.dspark_worker_v2",
+    } == set(loggers)
     for line in lines:
         assert line["level"] == "ERROR"
         assert "hidden by the test" in line["message"] and "fix: install the replayssm-overlay wheel" in line["message"]

@@ -32,12 +32,12 @@ def test_case(reports, index):
 
 def test_lifted_cases_build_a_gdn_replayssm_fold_pool(reports):
     for result in reports["patched"]:
-        if (
-            result["outcome"] == "accepted"
-            and result["case"].startswith("GDN +")
-            and "off" not in result["case"]
-        ):
-            assert result["pool"] == {"replayssm_spec_fold": True, "replayssm_is_kda": False, "replayssm_ring": False}, result
+        if result["outcome"] == "accepted" and result["case"].startswith("GDN +") and "off" not in result["case"]:
+            assert result["pool"] == {
+                "replayssm_spec_fold": True,
+                "replayssm_is_kda": False,
+                "replayssm_ring": False,
+            }, result
 
 
 def test_guard_hook_is_asked_only_where_stock_refuses(reports):
@@ -57,4 +57,6 @@ def test_stock_builds_a_gdn_replayssm_fold_pool_on_a_pd_decode_server(reports):
     """Why the PD decode builder needs the overlay's hook: stock 0.5.19 has no guard there."""
     for case, stock in zip(CASES, reports["stock"]):
         if case.pd_decode and case.model == "qwen3-next" and case.replayssm_spec:
-            assert stock["pool"] == {"replayssm_spec_fold": True, "replayssm_is_kda": False, "replayssm_ring": False}, stock
+            assert stock["pool"] == {"replayssm_spec_fold": True, "replayssm_is_kda": False, "replayssm_ring": False}, (
+                stock
+            )

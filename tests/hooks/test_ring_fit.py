@@ -19,19 +19,33 @@ from replayssm_overlay.errors import OverlayError
 from replayssm_overlay.hooks import keep_kda_only_guard, refuse_unserved_pool, ring_fit
 
 
-@pytest.mark.parametrize("window,ring_len,fits", [
-    (4, 16, True), (8, 16, True), (4, 64, True), (1, 16, True), (12, 32, True),  # 2N, at least 16
-    (16, 16, True), (32, 32, True),  # exactly N, for the windows compared
-    (4, 8, False), (1, 2, False), (8, 8, False),  # shorter than 16: SGLang's commit kernel does not compile
-    (12, 16, False), (24, 32, False), (64, 64, False),  # N <= L < 2N where it was not compared
-    (8, 12, False), (16, 8, False),  # not a power of two; shorter than the window
-])
+@pytest.mark.parametrize(
+    "window,ring_len,fits",
+    [
+        (4, 16, True),
+        (8, 16, True),
+        (4, 64, True),
+        (1, 16, True),
+        (12, 32, True),  # 2N, at least 16
+        (16, 16, True),
+        (32, 32, True),  # exactly N, for the windows compared
+        (4, 8, False),
+        (1, 2, False),
+        (8, 8, False),  # shorter than 16: SGLang's commit kernel does not compile
+        (12, 16, False),
+        (24, 32, False),
+        (64, 64, False),  # N <= L < 2N where it was not compared
+        (8, 12, False),
+        (16, 8, False),  # not a power of two; shorter than the window
+    ],
+)
 def test_the_rule_is_16_and_2n_or_exactly_n_for_the_windows_compared(window, ring_len, fits):
     assert ring_fit.fits(window, ring_len) is fits
 
 
-@pytest.mark.parametrize("window,smallest", [(1, 16), (4, 16), (5, 16), (8, 16), (12, 32), (16, 16), (24, 64),
-                                             (32, 32)])
+@pytest.mark.parametrize(
+    "window,smallest", [(1, 16), (4, 16), (5, 16), (8, 16), (12, 32), (16, 16), (24, 64), (32, 32)]
+)
 def test_the_fix_names_the_smallest_ring_that_fits(window, smallest):
     assert ring_fit.smallest_ring(window) == smallest and ring_fit.fits(window, smallest)
     assert not ring_fit.fits(window, smallest // 2)
@@ -68,8 +82,9 @@ def test_a_refusal_names_both_flags_and_the_fix():
 
 def _ask(ask, algorithm="DFLASH", *, window=4, ring_len=16, builder=None):
     configurator = build_configurator(hf_config("qwen3-next"))
-    with published(algorithm, speculative_num_draft_tokens=window, linear_replayssm_cache_len=ring_len,
-                   speculative_eagle_topk=1):
+    with published(
+        algorithm, speculative_num_draft_tokens=window, linear_replayssm_cache_len=ring_len, speculative_eagle_topk=1
+    ):
         return ask(configurator) if builder is None else ask(configurator, builder)
 
 

@@ -58,8 +58,13 @@ def sglang_commits(monkeypatch):
 
 
 def _published(**fields):
-    return published("DFLASH", max_mamba_cache_size=MAMBA_SLOTS, speculative_num_draft_tokens=DRAFT_TOKENS,
-                     speculative_eagle_topk=1, **fields)
+    return published(
+        "DFLASH",
+        max_mamba_cache_size=MAMBA_SLOTS,
+        speculative_num_draft_tokens=DRAFT_TOKENS,
+        speculative_eagle_topk=1,
+        **fields,
+    )
 
 
 def _the_pool(configurator):
@@ -70,10 +75,20 @@ def _the_pool(configurator):
     params = configurator.mambaish_config.mamba2_cache_params
     with cuda_zeros_to_cpu():
         return HybridReqToTokenPool(
-            size=4, mamba_size=get_schedule().max_mamba_cache_size, mamba_spec_state_size=4, max_context_len=64,
-            device="cpu", enable_memory_saver=False, cache_params=params, mamba_layer_ids=list(params.layers),
-            enable_mamba_extra_buffer=False, speculative_num_draft_tokens=max_speculative_num_draft_tokens(),
-            speculative_eagle_topk=1, enable_overlap_schedule=False, enable_linear_replayssm_spec=True)
+            size=4,
+            mamba_size=get_schedule().max_mamba_cache_size,
+            mamba_spec_state_size=4,
+            max_context_len=64,
+            device="cpu",
+            enable_memory_saver=False,
+            cache_params=params,
+            mamba_layer_ids=list(params.layers),
+            enable_mamba_extra_buffer=False,
+            speculative_num_draft_tokens=max_speculative_num_draft_tokens(),
+            speculative_eagle_topk=1,
+            enable_overlap_schedule=False,
+            enable_linear_replayssm_spec=True,
+        )
 
 
 def _outcome() -> dict:
@@ -139,8 +154,9 @@ def test_a_pd_decode_pool_is_warmed_with_its_own_slot_count(sglang_commits):
         assert fold.chosen()[0] == "sglang"
         sglang_warmup.warm_before_serving()
         with cuda_zeros_to_cpu():
-            pool = configurator._build_hybrid_mamba_decode_req_pool(max_num_reqs=MAMBA_SLOTS, extra_max_context_len=0,
-                                                                    pre_alloc_size=2 * MAMBA_SLOTS)
+            pool = configurator._build_hybrid_mamba_decode_req_pool(
+                max_num_reqs=MAMBA_SLOTS, extra_max_context_len=0, pre_alloc_size=2 * MAMBA_SLOTS
+            )
     _check_warmed_on(sglang_commits, pool)
     slots = pool.get_speculative_mamba2_params_all_layers().temporal.shape[1]
     assert slots > MAMBA_SLOTS + 1 and _outcome()["pool"]["slots"] == slots
@@ -178,10 +194,13 @@ def test_a_failing_warm_up_is_an_outcome_not_a_failure(monkeypatch, sglang_commi
 
 
 def test_the_warm_up_is_in_status_and_the_metrics():
-    live = {"alive": True, "outcome": "sglang-fold", "fold": {"fold": "sglang"},
-            "warmup": {"outcome": "compiled", "seconds": 1.5, "compiles": 2, "cache_hits": 0}}
-    found = metrics.facts({"selfcheck": [live, {**live, "warmup": {"outcome": "pending"}},
-                                         {**live, "alive": False}]})
+    live = {
+        "alive": True,
+        "outcome": "sglang-fold",
+        "fold": {"fold": "sglang"},
+        "warmup": {"outcome": "compiled", "seconds": 1.5, "compiles": 2, "cache_hits": 0},
+    }
+    found = metrics.facts({"selfcheck": [live, {**live, "warmup": {"outcome": "pending"}}, {**live, "alive": False}]})
     assert found["warmup_outcomes"] == {"compiled": 1, "pending": 1}
     assert found["warmup_compiles"] == 2 and found["warmup_seconds_max"] == 1.5
     text = metrics.exposition(found)

@@ -52,8 +52,12 @@ def test_unified_memory_says_sglang_turns_replayssm_off():
 @pytest.mark.parametrize("builder", ["pd_decode", "unified_memory"])
 @pytest.mark.parametrize(
     "model,algorithm,replayssm_spec",
-    [("kimi-linear", "DFLASH", True), ("falcon-h1", "DFLASH", True), ("qwen3-next", "DFLASH", False),
-     ("qwen3-next", "EAGLE", True)],
+    [
+        ("kimi-linear", "DFLASH", True),
+        ("falcon-h1", "DFLASH", True),
+        ("qwen3-next", "DFLASH", False),
+        ("qwen3-next", "EAGLE", True),
+    ],
 )
 def test_what_the_overlay_does_not_serve_is_left_to_sglang(builder, model, algorithm, replayssm_spec):
     assert ask(builder, model=model, algorithm=algorithm, replayssm_spec=replayssm_spec) is None

@@ -87,11 +87,13 @@ class Dockerd:
         env.pop("DOCKER_CONTEXT", None)
         return env
 
-    def docker(self, *args: str, check: bool = True, timeout: float | None = None,
-               input: str | None = None) -> subprocess.CompletedProcess:
+    def docker(
+        self, *args: str, check: bool = True, timeout: float | None = None, input: str | None = None
+    ) -> subprocess.CompletedProcess:
         """Run `docker ARGS` against this daemon and capture text output; raise on failure if `check`."""
-        proc = subprocess.run([DOCKER_CLIENT, *args], env=self.env(), capture_output=True, text=True,
-                              timeout=timeout, input=input)
+        proc = subprocess.run(
+            [DOCKER_CLIENT, *args], env=self.env(), capture_output=True, text=True, timeout=timeout, input=input
+        )
         if check and proc.returncode != 0:
             raise DockerCommandError(proc.returncode, proc.args, proc.stdout, proc.stderr)
         return proc
@@ -120,8 +122,9 @@ class Dockerd:
             since = self.log_path.stat().st_size if self.log_path.exists() else 0  # this attempt's part of the log
             log = open(self.log_path, "ab")
             try:
-                self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                              start_new_session=True)
+                self._proc = subprocess.Popen(
+                    self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                )
             finally:
                 log.close()
             self.pid = self._proc.pid
@@ -155,15 +158,20 @@ class Dockerd:
         if containerd_pid is not None:
             _terminate(containerd_pid, None)
 
-    def __enter__(self) -> "Dockerd":
+    def __enter__(self) -> Dockerd:
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
 
-def start_dockerd(root: Path, netns: str | None = None, storage_driver: str | None = None,
-                  timeout: float = READY_TIMEOUT_S, insecure_registries: tuple[str, ...] = ()) -> Dockerd:
+def start_dockerd(
+    root: Path,
+    netns: str | None = None,
+    storage_driver: str | None = None,
+    timeout: float = READY_TIMEOUT_S,
+    insecure_registries: tuple[str, ...] = (),
+) -> Dockerd:
     """Start a private dockerd with its data under `root` (created; removed again by `.stop()`).
 
     `storage_driver`: None picks `overlay2` when an overlay mount works under `root` (fast: layers are
@@ -177,20 +185,33 @@ def start_dockerd(root: Path, netns: str | None = None, storage_driver: str | No
         raise DockerdError(f"`{DOCKERD}` not found; install Debian's docker.io (scripts/setup-system.sh)")
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    driver = storage_driver or os.environ.get("RSO_DOCKER_STORAGE_DRIVER") or (
-        "overlay2" if _overlay_mount_works(root) else "vfs")
+    driver = (
+        storage_driver
+        or os.environ.get("RSO_DOCKER_STORAGE_DRIVER")
+        or ("overlay2" if _overlay_mount_works(root) else "vfs")
+    )
     run_dir = Path(tempfile.mkdtemp(prefix="dkr-", dir="/tmp"))
     tag = uuid.uuid4().hex[:10]
     cmd = [
         DOCKERD,
-        "--data-root", str(root / "data"),
-        "--exec-root", str(run_dir / "exec"),
-        "--pidfile", str(run_dir / "docker.pid"),
-        "-H", f"unix://{run_dir / 'docker.sock'}",
-        "--storage-driver", driver,
-        "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--bridge=none",
-        "--containerd-namespace", f"rso-{tag}",
-        "--containerd-plugins-namespace", f"rso-{tag}-plugins",
+        "--data-root",
+        str(root / "data"),
+        "--exec-root",
+        str(run_dir / "exec"),
+        "--pidfile",
+        str(run_dir / "docker.pid"),
+        "-H",
+        f"unix://{run_dir / 'docker.sock'}",
+        "--storage-driver",
+        driver,
+        "--iptables=false",
+        "--ip6tables=false",
+        "--ip-masq=false",
+        "--bridge=none",
+        "--containerd-namespace",
+        f"rso-{tag}",
+        "--containerd-plugins-namespace",
+        f"rso-{tag}-plugins",
         *(arg for registry in insecure_registries for arg in ("--insecure-registry", registry)),
     ]
     if netns:
@@ -210,8 +231,12 @@ def _overlay_mount_works(root: Path) -> bool:
         path.mkdir()
     opts = f"lowerdir={dirs['lower']},upperdir={dirs['upper']},workdir={dirs['work']}"
     try:
-        mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(dirs["merged"])],
-                                 capture_output=True).returncode == 0
+        mounted = (
+            subprocess.run(
+                ["mount", "-t", "overlay", "overlay", "-o", opts, str(dirs["merged"])], capture_output=True
+            ).returncode
+            == 0
+        )
         if mounted:
             subprocess.run(["umount", str(dirs["merged"])], capture_output=True)
         return mounted

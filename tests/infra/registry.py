@@ -73,7 +73,7 @@ class Registry:
                 self._proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "Registry":
+    def __enter__(self) -> Registry:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -86,8 +86,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start_registry(root: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
-                   read_only: bool = False, timeout: float = READY_TIMEOUT_S) -> Registry:
+def start_registry(
+    root: Path,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    netns: str | None = None,
+    read_only: bool = False,
+    timeout: float = READY_TIMEOUT_S,
+) -> Registry:
     """Start a registry serving `host:port` (a free loopback port by default), storage under `root`.
     With `netns`, it runs inside that network namespace (give `host` and `port` then). Returns when
     `GET /v2/` answers 200."""
@@ -107,8 +113,9 @@ def start_registry(root: Path, host: str = "127.0.0.1", port: int | None = None,
         cmd = ["nsenter", f"--net=/run/netns/{netns}", "--", *cmd]
     log = open(root / "registry.log", "ab")
     try:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     finally:
         log.close()
     registry = Registry(root=root, address=address, pid=proc.pid, netns=netns, _proc=proc)
@@ -126,9 +133,18 @@ def start_registry(root: Path, host: str = "127.0.0.1", port: int | None = None,
 
 def _answers(registry: Registry) -> bool:
     if registry.netns:  # the address exists only inside the namespace: ask from there
-        probe = subprocess.run(["nsenter", f"--net=/run/netns/{registry.netns}", "--", "python3", "-c",
-                                "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)",
-                                f"http://{registry.address}/v2/"], capture_output=True)
+        probe = subprocess.run(
+            [
+                "nsenter",
+                f"--net=/run/netns/{registry.netns}",
+                "--",
+                "python3",
+                "-c",
+                "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)",
+                f"http://{registry.address}/v2/",
+            ],
+            capture_output=True,
+        )
         return probe.returncode == 0
     host, port = registry.address.rsplit(":", 1)
     try:

@@ -48,8 +48,11 @@ def test_source_compiles_for_sm90_within_its_register_budget(tmp_path):
         assert entry["spill_bytes"] <= SPILL_OUTSIDE_STEPS, (name, entry)
         sass = sass_tools.sass_of(tmp_path / "fold.cubin", name)
         steps = sass_tools.step_loops(sass)
-        local = [(hex(a), ins) for a, ins in sass if re.search(r"\b(LDL|STL)\b", ins) and
-                 any(first <= a <= last for first, last in steps)]
+        local = [
+            (hex(a), ins)
+            for a, ins in sass
+            if re.search(r"\b(LDL|STL)\b", ins) and any(first <= a <= last for first, last in steps)
+        ]
         assert not local, (name, local)
 
 
@@ -78,7 +81,7 @@ def test_the_hosts_layout_constants_are_the_builds():
     team, tile = define["TEAM"], cuda_fold.COLUMNS * define["K_DIM"] * 4
     window_bytes = 16 * define["K_DIM"] * 4 + 2 * 16 * 4  # a window's normalized k, decays and betas
     assert cuda_fold.smem_bytes(16, team) == team * tile + 2 * window_bytes + 8 * team
-    assert re.search(r'__constant__ int gdn_fold_team\[2\] = \{TEAM, TEAM_TRACK\};', SOURCE)
+    assert re.search(r"__constant__ int gdn_fold_team\[2\] = \{TEAM, TEAM_TRACK\};", SOURCE)
     for warps_per_sm in ("MIN_BLOCKS", "MIN_BLOCKS_TRACK"):  # whole teams per SM: the occupancy the registers are for
         assert define[warps_per_sm] % define["TEAM" if warps_per_sm == "MIN_BLOCKS" else "TEAM_TRACK"] == 0
 
@@ -105,6 +108,7 @@ def test_short_windows_with_enough_work_get_blocks_of_a_few_units_and_the_rest_a
     most 6 steps (8 with a track slot) and blocks of auto_share units (half the window, at least 2) are at least
     AUTO_SHARE_MIN_WAVES times the resident blocks; a pinned grid is taken as given; an unknown one is refused
     when the kernels are made."""
+
     def packed(RL, batch, L=2, HV=4):
         state, rawv, rawk, g, beta = _pool(RL=RL, L=L, HV=HV, H=2)
         slots = lens = torch.zeros(batch, dtype=torch.int32)
@@ -133,6 +137,7 @@ def test_a_commit_reads_element_aligned_int32_and_int64_vectors_as_given_and_cop
     """What the launch's `commit` hands the kernel (`given_index`): the address of any 1-D, contiguous,
     element-aligned int32 or int64 vector and whether it is int64; an int32 copy of a strided view or another
     dtype; NotCovered, before any launch, for a vector that is not 1-D."""
+
     def given(t):
         return cuda_fold.given_index(t, -1, torch.int32, torch.int64, commit_plan.indices)
 
@@ -163,8 +168,9 @@ def test_pools_the_kernel_does_not_cover_are_refused_before_anything_loads(what)
     args = _fold_args(state, rawv, rawk, g, beta, slots, lens)  # the Triton kernel's checks pass
     kernels = cuda_fold.CudaKernels(b"not a cubin", "test", columns=32 if what == "V" else cuda_fold.COLUMNS)
     with pytest.raises(NotCovered):
-        kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, (8, 1, 8), args, gdn_fold.fold_constexprs(False, False),
-                        {}, 0)
+        kernels.prepare(
+            gdn_fold.gdn_replayssm_fold_kernel, (8, 1, 8), args, gdn_fold.fold_constexprs(False, False), {}, 0
+        )
     assert kernels._loaded == {}  # refused before the binary was loaded
 
 
@@ -181,8 +187,17 @@ def _many_rows(batch):
     slots = [-1 if row % 9 == 4 else row for row in range(batch)]
     track_slots = [batch + row // 13 if row % 13 == 0 else -1 for row in range(batch)]  # rows 26, 39 (, 52) store
     track_steps = [row // 13 % 2 if slot >= 0 else -1 for row, slot in enumerate(track_slots)]
-    return dict(L=1, HV=4, H=2, V=64, N=4, slots=slots, accept_lens=[row * 7 % 5 for row in range(batch)],
-                num_slots=batch + 6, track=(track_slots, track_steps))
+    return dict(
+        L=1,
+        HV=4,
+        H=2,
+        V=64,
+        N=4,
+        slots=slots,
+        accept_lens=[row * 7 % 5 for row in range(batch)],
+        num_slots=batch + 6,
+        track=(track_slots, track_steps),
+    )
 
 
 @pytest.mark.gpu
@@ -207,8 +222,9 @@ def test_gpu_a_build_with_static_shared_memory_loads_and_stays_bitwise(track):
     run SGLang's fold). Built here with a 1 KB static array in every entry point, never written in a launch."""
     entry = "    fold_body<E, TRACK, NT>(a); \\\n"
     assert SOURCE.count(entry) == 1
-    padded = SOURCE.replace(entry, "    __shared__ volatile int pad[256]; \\\n"
-                                   "    if (a.batch < 0) pad[threadIdx.x & 255] = 0; \\\n" + entry)
+    padded = SOURCE.replace(
+        entry, "    __shared__ volatile int pad[256]; \\\n    if (a.batch < 0) pad[threadIdx.x & 255] = 0; \\\n" + entry
+    )
     kernels = cuda_fold.CudaKernels(nvrtc.compile_cubin(padded, [])[0], "nvrtc")
     _assert_bitwise(kernels, track, "int32")
     for function in kernels.loaded(torch.cuda.current_device()).functions.values():  # the array is in the build
@@ -218,14 +234,38 @@ def test_gpu_a_build_with_static_shared_memory_loads_and_stays_bitwise(track):
 def _assert_bitwise(kernels, track, indices):
     """`kernels`' fold of five pools (windows 4, 16 and 32, up to 70 rows) equals the decode kernel's, token by
     token."""
-    for seed, cfg in enumerate((dict(L=2, HV=4, H=2, V=64, N=4, slots=[3, -1, 0, 5], accept_lens=[4, 2, 1, 3],
-                                     num_slots=7, track=([6, -1, -1, 1], [1, -1, -1, 2])),
-                                dict(L=3, HV=32, H=16, V=128, N=16, slots=[4, 0, -1, 7, 2], accept_lens=[16, 3, 5, 1, 9],
-                                     num_slots=9, track=([1, 8, -1, -1, 3], [7, 0, -1, -1, 8])),
-                                # a window past the raw k the warps hold for their shares (4 warps x SHARE_HELD rounds of 4 steps)
-                                dict(L=2, HV=4, H=2, V=128, N=32, slots=[1, 2], accept_lens=[32, 21], num_slots=4,
-                                     track=([3, -1], [30, -1])),
-                                _many_rows(40), _many_rows(70))):
+    for seed, cfg in enumerate(
+        (
+            dict(
+                L=2,
+                HV=4,
+                H=2,
+                V=64,
+                N=4,
+                slots=[3, -1, 0, 5],
+                accept_lens=[4, 2, 1, 3],
+                num_slots=7,
+                track=([6, -1, -1, 1], [1, -1, -1, 2]),
+            ),
+            dict(
+                L=3,
+                HV=32,
+                H=16,
+                V=128,
+                N=16,
+                slots=[4, 0, -1, 7, 2],
+                accept_lens=[16, 3, 5, 1, 9],
+                num_slots=9,
+                track=([1, 8, -1, -1, 3], [7, 0, -1, -1, 8]),
+            ),
+            # a window past the raw k the warps hold for their shares (4 warps x SHARE_HELD rounds of 4 steps)
+            dict(
+                L=2, HV=4, H=2, V=128, N=32, slots=[1, 2], accept_lens=[32, 21], num_slots=4, track=([3, -1], [30, -1])
+            ),
+            _many_rows(40),
+            _many_rows(70),
+        )
+    ):
         case = make_case(**cfg, K=128, device="cuda", seed=11 + seed)
         expected, tracked = decode_reference(case)
         state = case.initial.clone()
@@ -235,8 +275,14 @@ def _assert_bitwise(kernels, track, indices):
         if track:
             args[9] = case.track_slots.long() if indices != "int32" else vector(case.track_slots)
             args[10] = vector(case.track_steps)
-        run = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, len(slots)), tuple(args),
-                              gdn_fold.fold_constexprs(track, False), {}, torch.cuda.current_device())
+        run = kernels.prepare(
+            gdn_fold.gdn_replayssm_fold_kernel,
+            gdn_fold.fold_grid(state, len(slots)),
+            tuple(args),
+            gdn_fold.fold_constexprs(track, False),
+            {},
+            torch.cuda.current_device(),
+        )
         run(*args)
         torch.cuda.synchronize()
         for slot in {s for s in cfg["slots"] if s >= 0}:
@@ -261,9 +307,14 @@ def test_gpu_the_host_reads_the_team_from_the_cubin_and_refuses_narrower_pools()
     slots = lens = torch.zeros(1, dtype=torch.int32, device="cuda")
     before = state.clone()
     with pytest.raises(NotCovered, match="warps of"):
-        kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, 1),
-                        _fold_args(state, rawv, rawk, g, beta, slots, lens), gdn_fold.fold_constexprs(False, False), {},
-                        device)
+        kernels.prepare(
+            gdn_fold.gdn_replayssm_fold_kernel,
+            gdn_fold.fold_grid(state, 1),
+            _fold_args(state, rawv, rawk, g, beta, slots, lens),
+            gdn_fold.fold_constexprs(False, False),
+            {},
+            device,
+        )
     assert torch.equal(state, before)
     with pytest.raises(NotCovered):
         kernels.loaded(device).programs((2, False), 1 << 20)  # 1 MiB of shared memory per block
@@ -294,8 +345,18 @@ def test_the_driver_launch_passes_the_parameter_buffer_and_the_current_stream(mo
     def cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         assert params is None and (extra[0], extra[2], extra[4]) == (1, 2, None)
         size = ctypes.c_size_t.from_address(extra[3]).value
-        seen.append((function.value, gx.value, gy.value, gz.value, bx.value, shared.value, stream.value,
-                     struct.unpack("<Qi4x", ctypes.string_at(extra[1], size))))
+        seen.append(
+            (
+                function.value,
+                gx.value,
+                gy.value,
+                gz.value,
+                bx.value,
+                shared.value,
+                stream.value,
+                struct.unpack("<Qi4x", ctypes.string_at(extra[1], size)),
+            )
+        )
         return 0
 
     monkeypatch.setattr(cu_driver, "driver", lambda: {"cuLaunchKernel": cu_launch_kernel})

@@ -55,15 +55,26 @@ def _conv_pair(L, S, rows, N, dim=24, width=3, seed=0):
 
 def _spec_state(case, conv=None):
     conv = conv or _conv_pair(case.L, case.temporal.shape[1], len(case.slots), case.N)
-    return types.SimpleNamespace(temporal=case.temporal, replayssm_rawv=case.rawv, replayssm_rawk=case.rawk,
-                                 replayssm_g=case.g, replayssm_beta=case.beta, conv=[conv[0]],
-                                 intermediate_conv_window=[conv[1]])
+    return types.SimpleNamespace(
+        temporal=case.temporal,
+        replayssm_rawv=case.rawv,
+        replayssm_rawk=case.rawk,
+        replayssm_g=case.g,
+        replayssm_beta=case.beta,
+        conv=[conv[0]],
+        intermediate_conv_window=[conv[1]],
+    )
 
 
 def _commit(case, ss=None):
     ss = ss or _spec_state(case)
-    fold.fold_accepted_prefix(spec_state=ss, state_batch_indices=case.slots, accept_lens=case.accept_lens,
-                              mamba_track_indices=case.track_slots, mamba_steps_to_track=case.track_steps)
+    fold.fold_accepted_prefix(
+        spec_state=ss,
+        state_batch_indices=case.slots,
+        accept_lens=case.accept_lens,
+        mamba_track_indices=case.track_slots,
+        mamba_steps_to_track=case.track_steps,
+    )
     return ss
 
 
@@ -81,8 +92,10 @@ def _conv_expected(conv, src, slots, lens, track_slots=None, track_steps=None):
 def test_describe_imports_no_torch_and_defaults_to_sglang_without_artifacts():
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'overlay'}", RSO_KERNEL_DIR="/nonexistent/k")
     env.pop(fold.ENV_FOLD, None)
-    code = ("import json, sys; from replayssm_overlay import fold; d = fold.describe(); "
-            "assert 'torch' not in sys.modules and 'triton' not in sys.modules, sorted(sys.modules); print(json.dumps(d))")
+    code = (
+        "import json, sys; from replayssm_overlay import fold; d = fold.describe(); "
+        "assert 'torch' not in sys.modules and 'triton' not in sys.modules, sorted(sys.modules); print(json.dumps(d))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert '"fold": "sglang"' in out.stdout
@@ -92,8 +105,9 @@ def test_invalid_choice_is_refused(monkeypatch):
     monkeypatch.setenv(fold.ENV_FOLD, "fastest")
     assert fold.describe()["fold"] == "invalid"
     with pytest.raises(OverlayError, match="RSO_FOLD"):
-        fold.fold_accepted_prefix(spec_state=None, state_batch_indices=None, accept_lens=None,
-                                  last_correct_step_indices=None)
+        fold.fold_accepted_prefix(
+            spec_state=None, state_batch_indices=None, accept_lens=None, last_correct_step_indices=None
+        )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
@@ -102,8 +116,19 @@ def test_the_triton_twin_commits_the_decode_state_and_rolls_conv_back(monkeypatc
     monkeypatch.setenv(fold.ENV_FOLD, "triton")
     calls = _sglang_recorder(monkeypatch)
     assert fold.describe()["fold"] == "overlay-triton"
-    case = make_case(L=2, HV=2, H=1, K=128, V=32, N=3, slots=[2, 0, -1], accept_lens=[3, 1, 2], num_slots=5,
-                     track=([3, -1, 4], [1, -1, 0]), seed=21)
+    case = make_case(
+        L=2,
+        HV=2,
+        H=1,
+        K=128,
+        V=32,
+        N=3,
+        slots=[2, 0, -1],
+        accept_lens=[3, 1, 2],
+        num_slots=5,
+        track=([3, -1, 4], [1, -1, 0]),
+        seed=21,
+    )
     case.track_slots, case.track_steps = case.track_slots.to(track_dtype), case.track_steps.to(track_dtype)
     expected, tracked = decode_reference(case)
     conv = _conv_pair(2, 5, 3, 3, seed=4)
@@ -113,13 +138,19 @@ def test_the_triton_twin_commits_the_decode_state_and_rolls_conv_back(monkeypatc
     monkeypatch.setattr(commit_plan, "indices", lambda t, device: checked.append(t.dtype) or indices(t, device))
     ss = _commit(case, _spec_state(case, conv))
     assert checked == [torch.int32, torch.int32, track_dtype, track_dtype]  # the int64 ones copied for the call
-    assert fold.describe() == {"fold": "overlay-triton", "reason": fold._choice[1], "decided": True, "fallbacks": [],
-                               "fallbacks_recorded": []}
+    assert fold.describe() == {
+        "fold": "overlay-triton",
+        "reason": fold._choice[1],
+        "decided": True,
+        "fallbacks": [],
+        "fallbacks_recorded": [],
+    }
     assert torch.equal(case.temporal[:, [2, 0]], expected[:, [2, 0]])
     assert torch.equal(case.temporal[:, 3], tracked[0])
     assert torch.equal(case.temporal[:, [1, 4]], case.initial[:, [1, 4]])  # row 2 is padding: its track too
-    assert torch.equal(ss.conv[0], _conv_expected(before, conv[1], case.slots, case.accept_lens, case.track_slots,
-                                                  case.track_steps))
+    assert torch.equal(
+        ss.conv[0], _conv_expected(before, conv[1], case.slots, case.accept_lens, case.track_slots, case.track_steps)
+    )
     assert not calls
 
 
@@ -161,8 +192,9 @@ def test_sglang_choice_runs_sglang_s_commit(monkeypatch):
     calls = _sglang_recorder(monkeypatch)
     monkeypatch.setenv(fold.ENV_FOLD, "sglang")
     lens = torch.tensor([2, 1], dtype=torch.int32)
-    fold.fold_accepted_prefix(spec_state=None, state_batch_indices=torch.tensor([0, 1], dtype=torch.int32),
-                              accept_lens=lens)
+    fold.fold_accepted_prefix(
+        spec_state=None, state_batch_indices=torch.tensor([0, 1], dtype=torch.int32), accept_lens=lens
+    )
     assert len(calls) == 1 and fold.describe()["fold"] == "sglang"
     assert torch.equal(calls[0]["last_correct_step_indices"], lens - 1)  # computed only on this path
 
@@ -170,9 +202,14 @@ def test_sglang_choice_runs_sglang_s_commit(monkeypatch):
 def _unsupported_pool():
     """K = 64: not a tree the overlay reproduces."""
     return types.SimpleNamespace(
-        temporal=torch.zeros(1, 2, 2, 32, 64), replayssm_rawv=torch.zeros(1, 2, 2, 3, 32, dtype=torch.bfloat16),
-        replayssm_rawk=torch.zeros(1, 2, 1, 3, 64, dtype=torch.bfloat16), replayssm_g=torch.zeros(1, 2, 2, 3),
-        replayssm_beta=torch.zeros(1, 2, 2, 3), conv=[], intermediate_conv_window=[])
+        temporal=torch.zeros(1, 2, 2, 32, 64),
+        replayssm_rawv=torch.zeros(1, 2, 2, 3, 32, dtype=torch.bfloat16),
+        replayssm_rawk=torch.zeros(1, 2, 1, 3, 64, dtype=torch.bfloat16),
+        replayssm_g=torch.zeros(1, 2, 2, 3),
+        replayssm_beta=torch.zeros(1, 2, 2, 3),
+        conv=[],
+        intermediate_conv_window=[],
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test (CPU)")
@@ -181,7 +218,9 @@ def test_an_uncovered_shape_runs_sglang_for_its_calls_only_and_is_listed(monkeyp
     monkeypatch.setenv(fold.ENV_FOLD, "triton")
     small = _unsupported_pool()
     before = small.temporal.clone()
-    one = dict(state_batch_indices=torch.tensor([0], dtype=torch.int32), accept_lens=torch.tensor([2], dtype=torch.int32))
+    one = dict(
+        state_batch_indices=torch.tensor([0], dtype=torch.int32), accept_lens=torch.tensor([2], dtype=torch.int32)
+    )
     with caplog.at_level("WARNING", logger="replayssm_overlay.fold"):
         for _ in range(2):
             fold.fold_accepted_prefix(spec_state=small, **one)

@@ -6,7 +6,6 @@ decode kernel has on sm_90) is checked against a numpy emulation of that tree; o
 the GPU tree is compared with the compiled decode kernel itself.
 """
 
-import os
 import re
 
 import numpy as np
@@ -26,23 +25,49 @@ CASES = {
 
 def _case(name, device="cpu", seed=0):
     L, HV, H, V, N, slots, lens, num_slots, track = CASES[name]
-    return make_case(L=L, HV=HV, H=H, K=128, V=V, N=N, slots=slots, accept_lens=lens, num_slots=num_slots,
-                     track=track, device=device, seed=seed)
+    return make_case(
+        L=L,
+        HV=HV,
+        H=H,
+        K=128,
+        V=V,
+        N=N,
+        slots=slots,
+        accept_lens=lens,
+        num_slots=num_slots,
+        track=track,
+        device=device,
+        seed=seed,
+    )
 
 
 def _fold(case, tree_numpy=None):
     state = case.initial.clone()
-    gdn_fold.fold_all_layers(state, case.rawv, case.rawk, case.g, case.beta, case.slots, case.accept_lens,
-                             case.track_slots, case.track_steps, tree_numpy=tree_numpy)
+    gdn_fold.fold_all_layers(
+        state,
+        case.rawv,
+        case.rawk,
+        case.g,
+        case.beta,
+        case.slots,
+        case.accept_lens,
+        case.track_slots,
+        case.track_steps,
+        tree_numpy=tree_numpy,
+    )
     return state
 
 
 def _written_slots(case):
     slots = {s for s in case.slots.tolist() if s >= 0}
     if case.track_slots is not None:
-        slots |= {ts for ts, st, s, n in zip(case.track_slots.tolist(), case.track_steps.tolist(),
-                                              case.slots.tolist(), case.accept_lens.tolist())
-                  if ts >= 0 and 0 <= st < n and s >= 0}
+        slots |= {
+            ts
+            for ts, st, s, n in zip(
+                case.track_slots.tolist(), case.track_steps.tolist(), case.slots.tolist(), case.accept_lens.tolist()
+            )
+            if ts >= 0 and 0 <= st < n and s >= 0
+        }
     return slots
 
 
@@ -124,8 +149,9 @@ def test_unsupported_head_dim_is_refused():
     case = _case("window6-gqa1")
     small = case.initial[..., :64].contiguous()
     with pytest.raises(NotCovered):
-        gdn_fold.fold_all_layers(small, case.rawv, case.rawk[..., :64].contiguous(), case.g, case.beta,
-                                 case.slots, case.accept_lens)
+        gdn_fold.fold_all_layers(
+            small, case.rawv, case.rawk[..., :64].contiguous(), case.g, case.beta, case.slots, case.accept_lens
+        )
 
 
 @pytest.mark.gpu
@@ -138,9 +164,13 @@ def test_gpu_bitwise_equals_decode(name):
 
 # Every supported model's GDN heads (HV, H, K, V) from its config.json (linear_num_value_heads,
 # linear_num_key_heads, linear_key_head_dim, linear_value_head_dim; sources: aot/README.md)
-MODELS = {"qwen3-next-80b-a3b": (32, 16, 128, 128), "qwen3.5-35b-a3b": (32, 16, 128, 128),
-          "qwen3.5-122b-a10b": (64, 16, 128, 128), "qwen3.5-397b-a17b": (64, 16, 128, 128),
-          "qwen3.5-27b": (48, 16, 128, 128)}
+MODELS = {
+    "qwen3-next-80b-a3b": (32, 16, 128, 128),
+    "qwen3.5-35b-a3b": (32, 16, 128, 128),
+    "qwen3.5-122b-a10b": (64, 16, 128, 128),
+    "qwen3.5-397b-a17b": (64, 16, 128, 128),
+    "qwen3.5-27b": (48, 16, 128, 128),
+}
 
 
 def test_every_supported_model_tensor_parallel_size_and_window_is_covered_by_both_kernels():

@@ -52,11 +52,14 @@ def test_a_record_names_its_process_and_reads_alive(folder):
     assert Path(record["path"]).name == f"selfcheck-{namespace}-{os.getpid()}-{me['start_ticks']}.json"
 
 
-@pytest.mark.parametrize("process,why", [
-    (lambda: {"pid": _exited_pid(), "start_ticks": 1}, "no process with that PID runs"),
-    (lambda: {"start_ticks": records.identity()["start_ticks"] + 1}, "that PID now names another process"),
-    (lambda: {"boot_id": "an-earlier-boot", "written": records.boot_time() - 60}, "before this node last booted"),
-])
+@pytest.mark.parametrize(
+    "process,why",
+    [
+        (lambda: {"pid": _exited_pid(), "start_ticks": 1}, "no process with that PID runs"),
+        (lambda: {"start_ticks": records.identity()["start_ticks"] + 1}, "that PID now names another process"),
+        (lambda: {"boot_id": "an-earlier-boot", "written": records.boot_time() - 60}, "before this node last booted"),
+    ],
+)
 def test_a_dead_processs_record_is_dead_and_the_next_write_prunes_it(folder, process, why):
     planted = _plant(folder, "dead", **process())
     (record,) = records.read("selfcheck")
@@ -98,16 +101,19 @@ def test_a_record_without_an_identity_is_unknown_and_kept(folder):
 
 
 def test_a_live_processs_record_is_alive_and_kept_until_it_exits(folder):
-    code = ("import logging, sys, time; from replayssm_overlay import records; "
-            "records.write('selfcheck', {'outcome': 'passed'}, logging.getLogger()); print('written', flush=True); "
-            "time.sleep(60)")
+    code = (
+        "import logging, sys, time; from replayssm_overlay import records; "
+        "records.write('selfcheck', {'outcome': 'passed'}, logging.getLogger()); print('written', flush=True); "
+        "time.sleep(60)"
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO / "overlay"))
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "written"
         records.write("selfcheck", {"outcome": "passed"}, LOG)
         assert sorted((r["pid"], r["alive"]) for r in records.read("selfcheck")) == sorted(
-            [(child.pid, True), (os.getpid(), True)])
+            [(child.pid, True), (os.getpid(), True)]
+        )
     finally:
         child.kill()
         child.wait()  # reaped: its PID names no process now

@@ -21,8 +21,9 @@ from replayssm_overlay import fold, protocol, records, selfcheck
 from replayssm_overlay.errors import NotCovered
 from replayssm_overlay.kernels import cuda_fold, gdn_fold, launch, nvrtc
 
-SMALL = selfcheck.Geometry(num_v_heads=2, num_k_heads=1, head_v_dim=32, head_k_dim=128, window=4,
-                           state_dtype="float32", ring_dtype="bfloat16")
+SMALL = selfcheck.Geometry(
+    num_v_heads=2, num_k_heads=1, head_v_dim=32, head_k_dim=128, window=4, state_dtype="float32", ring_dtype="bfloat16"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -81,11 +82,19 @@ def test_a_planted_reordered_tree_is_caught_and_falls_back_to_sglangs_fold(monke
     stand_in = types.ModuleType("sglang.kernels.ops.attention.fla.gdn_replayssm_spec_fold")
     stand_in.commit_gdn_replayssm_fold_after_verify = lambda **kw: calls.append(kw)
     monkeypatch.setitem(sys.modules, stand_in.__name__, stand_in)
-    state = types.SimpleNamespace(temporal=None, replayssm_rawv=None, replayssm_rawk=None, replayssm_g=None,
-                                  replayssm_beta=None, conv=[], intermediate_conv_window=[])
+    state = types.SimpleNamespace(
+        temporal=None,
+        replayssm_rawv=None,
+        replayssm_rawk=None,
+        replayssm_g=None,
+        replayssm_beta=None,
+        conv=[],
+        intermediate_conv_window=[],
+    )
     lens = torch.tensor([1], dtype=torch.int32)
-    fold.fold_accepted_prefix(spec_state=state, state_batch_indices=lens, accept_lens=lens,
-                              last_correct_step_indices=lens - 1)
+    fold.fold_accepted_prefix(
+        spec_state=state, state_batch_indices=lens, accept_lens=lens, last_correct_step_indices=lens - 1
+    )
     assert len(calls) == 1, "the commit after a failed self-check must run SGLang's fold"
 
 
@@ -148,15 +157,20 @@ def test_a_ring_release_checks_nothing_and_records_sglangs_mtp_commit(monkeypatc
 def test_the_triton_kernel_reads_float16_and_float32_rings_bitwise(ring_dtype):
     """SGLANG_MAMBA_CONV_DTYPE sets the rings' dtype; the Triton kernel converts each load to fp32, as the
     recurrence does, so its check passes."""
-    record = selfcheck.check_before_serving(selfcheck.Geometry(**{**SMALL.__dict__, "ring_dtype": ring_dtype}),
-                                            seed=13, protocol_name=protocol.FOLD)
+    record = selfcheck.check_before_serving(
+        selfcheck.Geometry(**{**SMALL.__dict__, "ring_dtype": ring_dtype}), seed=13, protocol_name=protocol.FOLD
+    )
     assert record["outcome"] == "passed", record
 
 
 def test_the_triton_kernel_refuses_a_ring_dtype_it_does_not_read():
-    state, rawv, rawk, g, beta = (torch.zeros(1, 2, 2, 32, 128), torch.zeros(1, 2, 2, 4, 32, dtype=torch.int16),
-                                  torch.zeros(1, 2, 1, 4, 128, dtype=torch.int16), torch.zeros(1, 2, 2, 4),
-                                  torch.zeros(1, 2, 2, 4))
+    state, rawv, rawk, g, beta = (
+        torch.zeros(1, 2, 2, 32, 128),
+        torch.zeros(1, 2, 2, 4, 32, dtype=torch.int16),
+        torch.zeros(1, 2, 1, 4, 128, dtype=torch.int16),
+        torch.zeros(1, 2, 2, 4),
+        torch.zeros(1, 2, 2, 4),
+    )
     with pytest.raises(NotCovered, match="raw ring dtypes"):
         gdn_fold.check_shapes(state, rawv, rawk, g, beta)
 
@@ -228,12 +242,26 @@ def test_on_the_staging_grid_every_block_of_the_checks_commit_folds_several_item
     rawk = torch.zeros(layers, slots, h, window, 128, dtype=torch.bfloat16)
     g = torch.zeros(layers, slots, hv, window)
     conv = torch.zeros(layers, slots, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH, dtype=torch.bfloat16)
-    windows = torch.zeros(layers, selfcheck.REQUESTS, window, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH,
-                          dtype=torch.bfloat16)
+    windows = torch.zeros(
+        layers, selfcheck.REQUESTS, window, selfcheck.CONV_DIM, selfcheck.CONV_WIDTH, dtype=torch.bfloat16
+    )
     batch = torch.zeros(selfcheck.REQUESTS, dtype=torch.int32)
     src, dst, conv_ints = gdn_fold.conv_args(state, conv, windows)
-    args = (state, rawv, rawk, src, dst, g, g, batch, batch, batch, batch,
-            *gdn_fold.runtime_args(state, rawv, rawk, g, g), *conv_ints)
+    args = (
+        state,
+        rawv,
+        rawk,
+        src,
+        dst,
+        g,
+        g,
+        batch,
+        batch,
+        batch,
+        batch,
+        *gdn_fold.runtime_args(state, rawv, rawk, g, g),
+        *conv_ints,
+    )
     packed = cuda_fold.pack(args, selfcheck.REQUESTS)
     assert packed.layers == 2 and packed.conv_elems > cuda_fold.CONV_CHUNK
     team = 4
@@ -264,8 +292,15 @@ def test_records_of_dead_processes_and_unreadable_files_are_listed(tmp_path):
     assert selfcheck.read_records(tmp_path / "absent") == []
 
 
-GPU_TARGET = selfcheck.Geometry(num_v_heads=32, num_k_heads=16, head_v_dim=128, head_k_dim=128, window=16,
-                                state_dtype="float32", ring_dtype="bfloat16")
+GPU_TARGET = selfcheck.Geometry(
+    num_v_heads=32,
+    num_k_heads=16,
+    head_v_dim=128,
+    head_k_dim=128,
+    window=16,
+    state_dtype="float32",
+    ring_dtype="bfloat16",
+)
 
 
 @pytest.mark.gpu
@@ -297,9 +332,11 @@ def test_gpu_the_cuda_kernel_passes_on_both_grids_and_the_cost_is_printed(monkey
     assert check["outcome"] == record["outcome"] == "passed", record
     assert record["staging_grid"] == selfcheck.STAGING_GRID
     with capsys.disabled():
-        print(f"\nself-check at HV=32 H=16 K=V=128 T=16 (CUDA kernel, {torch.cuda.get_device_name()}): "
-              f"{record['seconds']:.3f} s with a warm Triton cache ({check['seconds']:.3f} s cold), of which the "
-              f"staging grid {record['staging_seconds'] * 1e3:.1f} ms")
+        print(
+            f"\nself-check at HV=32 H=16 K=V=128 T=16 (CUDA kernel, {torch.cuda.get_device_name()}): "
+            f"{record['seconds']:.3f} s with a warm Triton cache ({check['seconds']:.3f} s cold), of which the "
+            f"staging grid {record['staging_seconds'] * 1e3:.1f} ms"
+        )
 
 
 #: gdn_fold.cu's normalization of a block's next item; planted away, only a block with a next item folds wrong

@@ -44,8 +44,12 @@ def _pool():
         replayssm_g=-torch.rand(LAYERS, SLOTS, HV, WINDOW, **cuda) * 0.1,
         replayssm_beta=torch.rand(LAYERS, SLOTS, HV, WINDOW, **cuda),
         conv=[torch.zeros(LAYERS, SLOTS, CONV_DIM, CONV_WIDTH, dtype=torch.bfloat16, **cuda)],
-        intermediate_conv_window=[shared.as_strided((LAYERS, ROWS, WINDOW, CONV_DIM, CONV_WIDTH),
-                                                    (ROWS * CONV_DIM * span, CONV_DIM * span, 1, span, 1))])
+        intermediate_conv_window=[
+            shared.as_strided(
+                (LAYERS, ROWS, WINDOW, CONV_DIM, CONV_WIDTH), (ROWS * CONV_DIM * span, CONV_DIM * span, 1, span, 1)
+            )
+        ],
+    )
 
 
 @pytest.mark.gpu
@@ -71,8 +75,10 @@ def test_gpu_after_the_warm_up_the_first_commits_compile_nothing(tmp_path):
         assert torch.equal(pool.temporal, before)  # padded rows: nothing written
         slots = torch.tensor([3, 0, -1, 7], dtype=torch.int32, device="cuda")
         lens = torch.tensor([16, 5, 0, 1], dtype=torch.int32, device="cuda")
-        track = (torch.tensor([9, -1, -1, 10], dtype=torch.int64, device="cuda"),
-                 torch.tensor([7, -1, -1, 0], dtype=torch.int64, device="cuda"))
+        track = (
+            torch.tensor([9, -1, -1, 10], dtype=torch.int64, device="cuda"),
+            torch.tensor([7, -1, -1, 0], dtype=torch.int64, device="cuda"),
+        )
         fold.sglang_commit(pool, slots, lens, None, None, None, -1)
         fold.sglang_commit(pool, slots, lens, None, *track, -1)
         torch.cuda.synchronize()

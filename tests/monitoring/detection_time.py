@@ -66,10 +66,23 @@ def measure(root: Path, timeout_s: float) -> dict:
         ports[service] = free_port()
         (root / f"{service}.accept").unlink(missing_ok=True)
         servers[service] = subprocess.Popen(
-            [sys.executable, str(REPO / "tests" / "doubles" / "sglang_server.py"), "--host", "127.0.0.1",
-             "--port", str(ports[service]), "--speculative-algorithm", "DFLASH", "--enable-linear-replayssm-spec",
-             "--enable-metrics", "--quiet", "--accept-length", str(BASELINE),
-             "--accept-length-file", str(root / f"{service}.accept")],
+            [
+                sys.executable,
+                str(REPO / "tests" / "doubles" / "sglang_server.py"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports[service]),
+                "--speculative-algorithm",
+                "DFLASH",
+                "--enable-linear-replayssm-spec",
+                "--enable-metrics",
+                "--quiet",
+                "--accept-length",
+                str(BASELINE),
+                "--accept-length-file",
+                str(root / f"{service}.accept"),
+            ],
             stderr=subprocess.DEVNULL,
         )
     rules = root / "rules.yml"
@@ -79,10 +92,16 @@ def measure(root: Path, timeout_s: float) -> dict:
         "global": {"evaluation_interval": "1m"},
         "rule_files": [str(rules)],
         "scrape_configs": [
-            {"job_name": "sglang", "scrape_interval": "15s",
-             "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports.values()]}]},
-            {"job_name": "node", "scrape_interval": "30s",
-             "static_configs": [{"targets": [exporter.url.split("//")[1]]}]},
+            {
+                "job_name": "sglang",
+                "scrape_interval": "15s",
+                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports.values()]}],
+            },
+            {
+                "job_name": "node",
+                "scrape_interval": "30s",
+                "static_configs": [{"targets": [exporter.url.split("//")[1]]}],
+            },
         ],
     }
     prom = Prometheus(root / "prometheus", config)
@@ -97,8 +116,10 @@ def measure(root: Path, timeout_s: float) -> dict:
             time.sleep(30)
             live = prom.query("replayssm:sglang_accept_length:ratio_rate")["data"]["result"]
         # the healthy live accept length is each server's baseline (the double varies it per prompt)
-        baselines = {s: float(next(r["value"][1] for r in live if r["metric"]["sglang_port"] == str(p)))
-                     for s, p in ports.items()}
+        baselines = {
+            s: float(next(r["value"][1] for r in live if r["metric"]["sglang_port"] == str(p)))
+            for s, p in ports.items()
+        }
         for service, port in ports.items():
             (textfile / f"replayssm_smoke_{service}.prom").write_text(_smoke_file(service, port, baselines[service]))
         time.sleep(60)  # node_exporter scraped, the baselines recorded
@@ -119,8 +140,10 @@ def measure(root: Path, timeout_s: float) -> dict:
         live = prom.query("replayssm:sglang_accept_length:ratio_rate")["data"]["result"]
         return {
             "baselines": baselines,
-            "live_at_the_end": {s: float(next(r["value"][1] for r in live if r["metric"]["sglang_port"] == str(p)))
-                                for s, p in ports.items()},
+            "live_at_the_end": {
+                s: float(next(r["value"][1] for r in live if r["metric"]["sglang_port"] == str(p)))
+                for s, p in ports.items()
+            },
             "drops": DROPS,
             "settings": load_alert_rules().settings(),
             "scrape_intervals": {"sglang": "15s", "node": "30s"},

@@ -51,8 +51,10 @@ def smoke(values: str = "0+60x60", host: str = "n1", **baselines) -> list[dict]:
 
 
 def live(tokens: str, calls: str, host: str = "n1", **extra) -> list[dict]:
-    return [sglang("sglang:generation_tokens_total", tokens, host, **extra),
-            sglang("sglang:spec_verify_calls_total", calls, host, **extra)]
+    return [
+        sglang("sglang:generation_tokens_total", tokens, host, **extra),
+        sglang("sglang:spec_verify_calls_total", calls, host, **extra),
+    ]
 
 
 def fired(alert: str, summary: str, **labels) -> dict:
@@ -139,7 +141,8 @@ CASES = {
     "the overlay is not patched": (
         [node("replayssm_overlay_info", "1x10", patch_state="pristine")], "8m", "ReplaySSMOverlayNotPatched",
         [fired("ReplaySSMOverlayNotPatched",
-               "n1 (sglang-overlay): the overlay's patch state is 'pristine', not patched", **WHERE, patch_state="pristine")]),
+               "n1 (sglang-overlay): the overlay's patch state is 'pristine', not patched", **WHERE,
+               patch_state="pristine")]),
     "the overlay is patched": (
         [node("replayssm_overlay_info", "1x10", patch_state="patched")], "8m", "ReplaySSMOverlayNotPatched", []),
     "serving with SGLang's fold": (
@@ -421,17 +424,19 @@ def test_the_example_scrape_config_is_valid(tmp_path, promtool):
     assert hosts["sglang"] == hosts["node"]  # the rules join a node's two targets by this host part
 
 
-
-
 def test_selectors_reach_every_series_the_rules_read(tmp_path, promtool):
     """With the fleet's jobs named otherwise, every series read carries the matchers, and a case fires
     only on the selected jobs (a server of another job is not the fleet's)."""
     chosen = {"sglang_selector": 'job="gpu-sglang", env="prod"', "node_selector": 'job=~"gpu-node"'}
     exprs = [r["expr"] for r in yaml.safe_load(RULES.render(chosen))["groups"][0]["rules"]]
     read = re.compile(r"\b(sglang:[a-z_]+|replayssm_[a-z_]+|node_textfile_[a-z_]+|prometheus_[a-z_]+|up)(\{[^}]*\})?")
-    wanted = {"sglang": ['job="gpu-sglang", env="prod"'], "replayssm": ['job=~"gpu-node"'],
-              "node": ['job=~"gpu-node"'], "prometheus": ['job="prometheus"'],
-              "up": ['job="gpu-sglang", env="prod"', 'job=~"gpu-node"']}
+    wanted = {
+        "sglang": ['job="gpu-sglang", env="prod"'],
+        "replayssm": ['job=~"gpu-node"'],
+        "node": ['job=~"gpu-node"'],
+        "prometheus": ['job="prometheus"'],
+        "up": ['job="gpu-sglang", env="prod"', 'job=~"gpu-node"'],
+    }
     found = 0
     for expr in exprs:
         for name, matchers in read.findall(expr):
@@ -442,11 +447,25 @@ def test_selectors_reach_every_series_the_rules_read(tmp_path, promtool):
     lab = {**SGLANG, "instance": "n2:30000", "job": "sglang", "env": "prod"}
     test = {
         "interval": "1m",
-        "input_series": [series("sglang:spec_verify_calls_total", selected, "0+10x20"),
-                         series("sglang:spec_verify_calls_total", lab, "0+10x20")],
-        "alert_rule_test": [{"eval_time": "16m", "alertname": "ReplaySSMAcceptanceUnwatched", "exp_alerts": [
-            fired("ReplaySSMAcceptanceUnwatched", "Missing data: n1:30000 speculates but has no accept-length baseline",
-                  instance="n1:30000", host="n1", sglang_port="30000")]}],
+        "input_series": [
+            series("sglang:spec_verify_calls_total", selected, "0+10x20"),
+            series("sglang:spec_verify_calls_total", lab, "0+10x20"),
+        ],
+        "alert_rule_test": [
+            {
+                "eval_time": "16m",
+                "alertname": "ReplaySSMAcceptanceUnwatched",
+                "exp_alerts": [
+                    fired(
+                        "ReplaySSMAcceptanceUnwatched",
+                        "Missing data: n1:30000 speculates but has no accept-length baseline",
+                        instance="n1:30000",
+                        host="n1",
+                        sglang_port="30000",
+                    )
+                ],
+            }
+        ],
     }
     proc = _promtool_test(tmp_path, promtool, [test], chosen)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -473,8 +492,12 @@ def test_every_alert_links_a_runbook_section_that_says_what_it_means_and_what_to
         assert "**What it means**\n" in body and checks, name
         assert re.findall(r"^(\d)\. ", checks.group(1), flags=re.M) == ["1", "2", "3"], name
     assert set(sections) - {n.lower() for n in ALERTS} <= {"time-to-detect"}
-    assert yaml.safe_load(RULES.render({"runbook_url": "https://wiki.example/rso"}))["groups"][0]["rules"][-1][
-        "annotations"]["runbook_url"] == "https://wiki.example/rso#replayssmwatchdog"
+    assert (
+        yaml.safe_load(RULES.render({"runbook_url": "https://wiki.example/rso"}))["groups"][0]["rules"][-1][
+            "annotations"
+        ]["runbook_url"]
+        == "https://wiki.example/rso#replayssmwatchdog"
+    )
 
 
 ALERTMANAGER = REPO / "deploy" / "monitoring" / "alertmanager.example.yml"
@@ -483,16 +506,25 @@ ALERTMANAGER = REPO / "deploy" / "monitoring" / "alertmanager.example.yml"
 def _receiver(labels: dict) -> str:
     amtool = tool("amtool")
     proc = subprocess.run(
-        [amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}",
-         *(f"{key}={value}" for key, value in labels.items())],
-        capture_output=True, text=True, timeout=60,
+        [
+            amtool,
+            "config",
+            "routes",
+            "test",
+            f"--config.file={ALERTMANAGER}",
+            *(f"{key}={value}" for key, value in labels.items()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return proc.stdout.strip() or proc.stderr
 
 
 def test_the_example_alertmanager_config_is_valid():
-    proc = subprocess.run([tool("amtool"), "check-config", str(ALERTMANAGER)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [tool("amtool"), "check-config", str(ALERTMANAGER)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -523,9 +555,15 @@ def test_a_stopped_container_pages_and_nothing_on_call_is_inhibited():
             labels = {"alertname": name, **alert["labels"]}
             if _matches(targets, labels):
                 assert labels["category"] not in ("watchdog", "availability") and labels["severity"] != "critical", (
-                    name, rule)
-    quieted = {name for name, alert in ALERTS.items() for rule in inhibits
-               if _matches(rule["target_matchers"], {"alertname": name, **alert["labels"]})}
+                    name,
+                    rule,
+                )
+    quieted = {
+        name
+        for name, alert in ALERTS.items()
+        for rule in inhibits
+        if _matches(rule["target_matchers"], {"alertname": name, **alert["labels"]})
+    }
     assert "ReplaySSMDraftAcceptanceLow" in quieted and "ReplaySSMSmokeFailed" in quieted
 
 

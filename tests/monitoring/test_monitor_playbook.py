@@ -38,7 +38,7 @@ def _cases(tmp_path: Path) -> dict:
         ),
         "prompt file that does not parse": (
             {"sglang_monitor_smoke_prompts": str(bad_prompts)},
-            f"nothing was installed: {bad_prompts}:2: give exactly one of 'prompt' or " "'input_ids'",
+            f"nothing was installed: {bad_prompts}:2: give exactly one of 'prompt' or 'input_ids'",
         ),
         "thresholds without a baseline for the model": (
             {"sglang_monitor_smoke_thresholds": str(no_baseline), "sglang_monitor_smoke_args": ["--classes", "code"]},
@@ -49,7 +49,10 @@ def _cases(tmp_path: Path) -> dict:
             {"sglang_model_path": "/models/Llama-3-70B"},
             "profile 'default' (model '/models/Llama-3-70B') has no baseline_accept_length",
         ),
-        "unknown scheduler": ({"sglang_monitor_scheduler": "cron"}, "sglang_monitor_scheduler must be one of: systemd, none"),
+        "unknown scheduler": (
+            {"sglang_monitor_scheduler": "cron"},
+            "sglang_monitor_scheduler must be one of: systemd, none",
+        ),
         "bad smoke argument": (
             {"sglang_monitor_smoke_args": ["--concurrency", "0"]},
             "--concurrency must be in [1, 64]",

@@ -98,14 +98,24 @@ def test_what_node_exporter_would_not_serve_as_written_the_check_refuses(exporte
 def _config(tmp_path) -> dict:
     folder = tmp_path / "textfile"
     folder.mkdir(exist_ok=True)
-    return {"service": "svc", "port": 30000, "docker": "docker", "docker_host": "unix:///nonexistent",
-            "python": "python3", "textfile_dir": str(folder), "smoke": {"enabled": True}}
+    return {
+        "service": "svc",
+        "port": 30000,
+        "docker": "docker",
+        "docker_host": "unix:///nonexistent",
+        "python": "python3",
+        "textfile_dir": str(folder),
+        "smoke": {"enabled": True},
+    }
 
 
 def _answers(overlay_text: str):
     """Docker as the job sees it: a running container, and `replayssm-overlay metrics` printing `overlay_text`."""
-    container = {"State": {"Running": True}, "Image": "sha256:abc", "Config": {"Labels": {}, "Image": "rso:1",
-                                                                               "Cmd": ["--enable-metrics"]}}
+    container = {
+        "State": {"Running": True},
+        "Image": "sha256:abc",
+        "Config": {"Labels": {}, "Image": "rso:1", "Cmd": ["--enable-metrics"]},
+    }
 
     def docker(config, *args, timeout=60):
         out = json.dumps([container]) if args[0] == "inspect" else overlay_text

@@ -115,8 +115,11 @@ def test_the_command_reads_the_records_and_writes_a_file_whole(tmp_path):
     # as a serving process writes them: each names its process (this test's, alive; and one that is gone)
     tree = str(SGLANG_DIR.resolve())
     live = {**_record(os.getpid(), "mismatch", "sglang"), "process": records.identity(), "sglang_dir": tree}
-    gone = {**_record(999999, "passed", "overlay-cuda"), "process": {**records.identity(), "pid": 999999},
-            "sglang_dir": tree}
+    gone = {
+        **_record(999999, "passed", "overlay-cuda"),
+        "process": {**records.identity(), "pid": 999999},
+        "sglang_dir": tree,
+    }
     (state / "selfcheck-live.json").write_text(json.dumps(live))
     (state / "selfcheck-gone.json").write_text(json.dumps(gone))
     out = tmp_path / "textfile" / "replayssm.prom"

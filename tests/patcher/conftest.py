@@ -74,9 +74,7 @@ def sglang_tree(tmp_path, pristine_files, fingerprint_files) -> pathlib.Path:
 
 def read_tree(sglang_dir: pathlib.Path) -> dict:
     """relpath -> bytes (None if absent) of the three target files."""
-    return {
-        rel: (sglang_dir / rel).read_bytes() if (sglang_dir / rel).exists() else None for rel in TARGET_FILES
-    }
+    return {rel: (sglang_dir / rel).read_bytes() if (sglang_dir / rel).exists() else None for rel in TARGET_FILES}
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ import sys
 
 import pytest
 
-from replayssm_overlay.cli import main
 from replayssm_overlay import patcher
+from replayssm_overlay.cli import main
 from replayssm_overlay.patcher import store
 from replayssm_overlay.patcher.edits import patch_source
 from replayssm_overlay.patcher.releases import CONFIGURATOR, DFLASH_WORKER, DSPARK_WORKER, TARGET_FILES
@@ -57,8 +57,13 @@ sys.exit(code)
 
 
 def signalled(point: int, signum: int, *argv) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SIGNALLED_AT, str(point), str(int(signum)), *argv],
-                          capture_output=True, text=True, env=ENV, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", SIGNALLED_AT, str(point), str(int(signum)), *argv],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
 
 
 def landing_calls(*argv) -> int:
@@ -76,8 +81,11 @@ def files_under(folder: pathlib.Path) -> dict:
     """Every file under `folder` and its bytes (the manifest without the times it was written and the files'
     modification times it records)."""
     written = rb'"applied_at": "[^"]*"|"source_mtime_ns": {[^}]*}'
-    return {str(p.relative_to(folder)): re.sub(written, b"", p.read_bytes())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): re.sub(written, b"", p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -128,7 +136,8 @@ def stop_and_rerun(tree, target, point, signum, before, after, pristine_files, p
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_an_apply_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
-        sglang_tree, pristine_files, patched_bytes, signum, capsys):
+    sglang_tree, pristine_files, patched_bytes, signum, capsys
+):
     site, target = sglang_tree.parent, ("apply", "--sglang-dir", str(sglang_tree))
     before = files_under(site)
     count = landing_calls(*target)
@@ -150,7 +159,8 @@ def test_an_apply_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
 
 @pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_a_revert_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
-        sglang_tree, pristine_files, patched_bytes, signum, capsys):
+    sglang_tree, pristine_files, patched_bytes, signum, capsys
+):
     site, target = sglang_tree.parent, ("revert", "--sglang-dir", str(sglang_tree))
     pristine_site = files_under(site)
     assert main(["apply", "--sglang-dir", str(sglang_tree)]) == 0
@@ -160,8 +170,9 @@ def test_a_revert_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
     for point in every_point(count):
         assert main(["apply", "--sglang-dir", str(sglang_tree)]) == 0
         before = files_under(site)
-        rolled_back += stop_and_rerun(sglang_tree, target, point, signum, before, pristine_site, pristine_files,
-                                      patched_bytes)
+        rolled_back += stop_and_rerun(
+            sglang_tree, target, point, signum, before, pristine_site, pristine_files, patched_bytes
+        )
         assert files_under(site) == pristine_site
         capsys.readouterr()
     if signum != signal.SIGKILL:
@@ -169,8 +180,7 @@ def test_a_revert_stopped_anywhere_never_lifts_the_refusal_without_the_commit(
 
 
 @pytest.mark.parametrize("patched", [(CONFIGURATOR,), (DFLASH_WORKER, DSPARK_WORKER), (CONFIGURATOR, DSPARK_WORKER)])
-def test_status_and_verify_call_a_partial_tree_partial_and_name_the_repair(sglang_tree, patched_bytes, patched,
-                                                                         capsys):
+def test_status_and_verify_call_a_partial_tree_partial_and_name_the_repair(sglang_tree, patched_bytes, patched, capsys):
     for rel in patched:
         (sglang_tree / rel).write_bytes(patched_bytes[rel])
     target = ["--sglang-dir", str(sglang_tree)]

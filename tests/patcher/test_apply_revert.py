@@ -188,9 +188,7 @@ def test_verify_notices_a_damaged_record(sglang_tree):
     patcher.apply(sglang_tree)
     store.pristine_copy_path(sglang_tree, DFLASH_WORKER).write_bytes(b"not the pristine file\n")
     problems = patcher.verify(sglang_tree)["problems"]
-    assert problems == [
-        f"{DFLASH_WORKER}: the saved pristine copy is missing or differs from the pristine base"
-    ]
+    assert problems == [f"{DFLASH_WORKER}: the saved pristine copy is missing or differs from the pristine base"]
     store.manifest_path(sglang_tree).write_text("{")
     assert "is unreadable" in patcher.verify(sglang_tree)["problems"][0]
     # revert does not trust a bad copy: it rebuilds the pristine bytes and checks them against the table
@@ -215,8 +213,10 @@ def test_writes_keep_permissions_and_drop_stale_bytecode(sglang_tree):
 
 def _files(tree) -> dict:
     """relpath -> bytes of every file under `tree`, and the three target files' modification times."""
-    return {**{str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()},
-            **{f"{rel} mtime": (tree / rel).stat().st_mtime_ns for rel in TARGET_FILES}}
+    return {
+        **{str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()},
+        **{f"{rel} mtime": (tree / rel).stat().st_mtime_ns for rel in TARGET_FILES},
+    }
 
 
 def test_revert_gives_the_tree_back_byte_for_byte_with_valid_bytecode(sglang_tree):
@@ -239,7 +239,8 @@ def test_revert_gives_the_tree_back_byte_for_byte_with_valid_bytecode(sglang_tre
         (cached,) = store.cached_bytecode(source)
         header = cached.read_bytes()[8:16]
         assert header == (int(source.stat().st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (
-            source.stat().st_size & 0xFFFFFFFF).to_bytes(4, "little")
+            source.stat().st_size & 0xFFFFFFFF
+        ).to_bytes(4, "little")
 
 
 def test_lines_from_another_overlay_version_are_reverted_not_overwritten(sglang_tree, snapshot):
@@ -247,9 +248,7 @@ def test_lines_from_another_overlay_version_are_reverted_not_overwritten(sglang_
     refused by apply, and revert restores its pristine bytes because only marked lines differ."""
     patcher.apply(sglang_tree)
     path = sglang_tree / DFLASH_WORKER
-    path.write_bytes(
-        path.read_bytes().replace(b"_rso_hooks.dflash_commit(", b"_rso_hooks.old_dflash_commit(")
-    )
+    path.write_bytes(path.read_bytes().replace(b"_rso_hooks.dflash_commit(", b"_rso_hooks.old_dflash_commit("))
     assert patcher.status(sglang_tree)["files"][1]["state"] == "unknown"
     before = snapshot(sglang_tree)
     with pytest.raises(OverlayError, match="Run `replayssm-overlay revert` first"):

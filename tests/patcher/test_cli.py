@@ -33,9 +33,7 @@ def test_every_subcommand_has_help_and_json(capsys):
             main([command, "--help"])
         assert done.value.code == 0
         out = capsys.readouterr().out
-        assert (
-            "--json" in out and "--sglang-dir" in out and len(out.split("\n\n")[1]) > 40
-        )  # a real description
+        assert "--json" in out and "--sglang-dir" in out and len(out.split("\n\n")[1]) > 40  # a real description
         assert ("files[]" in out) == (command == "status")  # status documents its JSON schema
 
 
@@ -91,9 +89,7 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 
 
 def test_python_dash_m_runs_the_same_command(sglang_tree):
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("overlay", "smoke_tests", "."))
-    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("overlay", "smoke_tests", ".")))
     done = subprocess.run(
         [sys.executable, "-m", "replayssm_overlay", "status", "--json", "--sglang-dir", str(sglang_tree)],
         capture_output=True,
@@ -110,9 +106,11 @@ def test_status_reports_the_self_check_another_process_ran(sglang_tree, tmp_path
     node-wide: that process imported another SGLang tree (the venv's) than the one inspected."""
     state = tmp_path / "rso-state"
     env = dict(os.environ, PYTHONPATH=str(REPO / "overlay"), RSO_STATE_DIR=str(state), RSO_FOLD="sglang")
-    code = ("from replayssm_overlay import selfcheck; selfcheck.check_before_serving(selfcheck.Geometry("
-            "num_v_heads=32, num_k_heads=16, head_v_dim=128, head_k_dim=128, window=16, "
-            "state_dtype='float32', ring_dtype='bfloat16'))")
+    code = (
+        "from replayssm_overlay import selfcheck; selfcheck.check_before_serving(selfcheck.Geometry("
+        "num_v_heads=32, num_k_heads=16, head_v_dim=128, head_k_dim=128, window=16, "
+        "state_dtype='float32', ring_dtype='bfloat16'))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     monkeypatch.setenv("RSO_STATE_DIR", str(state))
@@ -134,8 +132,14 @@ def test_a_reader_that_closed_stdout_ends_the_output_quietly_with_the_commands_e
     os.close(read_end)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("overlay", "smoke_tests", ".")))
     try:
-        done = subprocess.run([sys.executable, "-m", "replayssm_overlay", *argv, "--sglang-dir", str(sglang_tree)],
-                              stdout=write_end, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "replayssm_overlay", *argv, "--sglang-dir", str(sglang_tree)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (0, "")

@@ -11,8 +11,20 @@ from replayssm_overlay.cli import build_parser, main
 from replayssm_overlay.patcher.target import find_sglang_dir
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-COMMANDS = [[], ["apply"], ["verify"], ["revert"], ["diff"], ["status"], ["metrics"], ["kernels"], ["kernels", "build"],
-            ["kernels", "check"], ["kernels", "status"], ["plan"]]
+COMMANDS = [
+    [],
+    ["apply"],
+    ["verify"],
+    ["revert"],
+    ["diff"],
+    ["status"],
+    ["metrics"],
+    ["kernels"],
+    ["kernels", "build"],
+    ["kernels", "check"],
+    ["kernels", "status"],
+    ["plan"],
+]
 WIDTH = 80
 NO_DEFAULT = ("help", "version")
 

@@ -31,8 +31,7 @@ def _prologue(tree: ast.Module, class_name: str) -> ast.Try:
     "relpath,class_name",
     [(CONFIGURATOR, "KVCacheConfigurator"), (DFLASH_WORKER, "DFlashWorkerV2"), (DSPARK_WORKER, "DSparkWorkerV2")],
 )
-def test_every_file_imports_the_hooks_once_at_module_level_and_survives_a_failure(relpath, class_name,
-                                                                                  pristine_files):
+def test_every_file_imports_the_hooks_once_at_module_level_and_survives_a_failure(relpath, class_name, pristine_files):
     block = _prologue(ast.parse(patch_source(relpath, pristine_files[relpath])), class_name)
     assert isinstance(block, ast.Try) and ast.unparse(block.body[0]) == PROLOGUE_IMPORT
     (handler,) = block.handlers
@@ -79,9 +78,7 @@ def test_unguarded_pool_builders_ask_the_overlay_first(method_name, builder, pri
     method = next(n for n in cls.body if getattr(n, "name", None) == method_name)
     has_docstring = isinstance(method.body[0], ast.Expr) and isinstance(method.body[0].value, ast.Constant)
     check = method.body[1 if has_docstring else 0]
-    assert ast.unparse(check) == (
-        f"if _rso_hooks is not None:\n    _rso_hooks.refuse_unserved_pool(self, '{builder}')"
-    )
+    assert ast.unparse(check) == (f"if _rso_hooks is not None:\n    _rso_hooks.refuse_unserved_pool(self, '{builder}')")
 
 
 @pytest.mark.parametrize(
@@ -153,9 +150,7 @@ def _second_guard(data: bytes) -> bytes:
     method = _method_node(data, "KVCacheConfigurator", "_build_hybrid_req_pool")
     first = method.body[0]
     indent = b" " * first.col_offset
-    return _insert_after(
-        data, first, b"\n" + indent + b"if False:\n" + indent + b"    raise ValueError('KDA')"
-    )
+    return _insert_after(data, first, b"\n" + indent + b"if False:\n" + indent + b"    raise ValueError('KDA')")
 
 
 def _rename(name: bytes, new: bytes):

@@ -25,19 +25,19 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / sub) for sub in ("o
 # (every point, with every signal: test_all_or_nothing.py).
 APPLY_KILL_POINTS, REVERT_KILL_POINTS = (1, 4, 7), (1, 3)
 
-KILLED_AT_RENAME = """
+KILLED_AT_RENAME = f"""
 import os, signal, sys
 from replayssm_overlay.cli import main
 real_replace, calls, kill_at = os.replace, [0], int(sys.argv[1])
 def replace(src, dst):
-    if str(src).endswith({suffix!r}):
+    if str(src).endswith({TEMP_SUFFIX!r}):
         calls[0] += 1
         if calls[0] == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
     real_replace(src, dst)
 os.replace = replace
 sys.exit(main(sys.argv[2:]))
-""".format(suffix=TEMP_SUFFIX)
+"""
 
 
 def cli(*argv, killed_at=None) -> subprocess.CompletedProcess:
@@ -139,8 +139,13 @@ def test_verifies_share_the_lock_and_a_waiting_apply_runs_once_it_is_free(sglang
 def test_two_concurrent_applies_patch_once(sglang_tree):
     target = ["--sglang-dir", str(sglang_tree), "--json"]
     runs = [
-        subprocess.Popen([sys.executable, "-m", "replayssm_overlay", "apply", *target], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV)
+        subprocess.Popen(
+            [sys.executable, "-m", "replayssm_overlay", "apply", *target],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
         for _ in range(2)
     ]
     results = [json.loads(run.communicate(timeout=120)[0]) for run in runs]

@@ -54,7 +54,8 @@ def test_a_release_newer_than_the_table_is_told_to_wait_for_a_newer_overlay(tree
     code, _, err = run(capsys, "apply", "--sglang-dir", str(tree_0518))
     assert code == 2 and err.splitlines()[0].endswith(
         f"SGLang 0.5.30 is not supported; supported: {SUPPORTED}. Its files match none of those releases, so no "
-        f"file of {tree_0518} was changed")
+        f"file of {tree_0518} was changed"
+    )
     assert "newer than this overlay knows" in err and "a newer overlay that supports it" in err
 
 

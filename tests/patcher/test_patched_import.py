@@ -27,9 +27,7 @@ def test_patched_copy_of_installed_sglang_imports(installed_sglang_dir, tmp_path
         assert patcher.apply(copy)["changed"]
         assert patcher.verify(copy)["ok"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(copy.parent), str(REPO / "overlay")]))
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120
-        )
+        done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr[-3000:]
         module_file, hooked = done.stdout.split()[-2:]
         assert pathlib.Path(module_file) == copy / "__init__.py"

@@ -24,9 +24,24 @@ def test_the_built_wheel_is_named_as_the_docs_and_the_messages_say(tmp_path):
             shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(REPO / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "--disable-pip-version-check",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     wheels = [p.name for p in (tmp_path / "dist").glob("*.whl")]
     distribution = replayssm_overlay.DISTRIBUTION.replace("-", "_")

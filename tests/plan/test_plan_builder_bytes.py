@@ -26,8 +26,15 @@ pytestmark = pytest.mark.probe  # a subprocess per release imports SGLang: not i
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODELS = pathlib.Path(__file__).resolve().parent / "models"
 CASES = [
-    {"config": str(MODELS / name / "config.json"), "algorithm": algorithm, "window": window, "ring_len": ring,
-     "attn_tp": tp, "replayssm": replayssm, **({"mamba_ssm_dtype": dtype} if dtype else {})}
+    {
+        "config": str(MODELS / name / "config.json"),
+        "algorithm": algorithm,
+        "window": window,
+        "ring_len": ring,
+        "attn_tp": tp,
+        "replayssm": replayssm,
+        **({"mamba_ssm_dtype": dtype} if dtype else {}),
+    }
     for name, tp, algorithm, window, ring, dtype in (
         ("Qwen3-Next-80B-A3B-Instruct", 2, "DFLASH", 8, 16, "bfloat16"),
         ("Qwen3.5-35B-A3B", 1, "DFLASH", 16, 32, None),
@@ -51,9 +58,14 @@ def measured(tmp_path_factory):
             except HarnessError as error:
                 pytest.fail(str(error))
             paths = ([] if release == INSTALLED_RELEASE else [str(tree.parent)]) + [str(ROOT / "overlay"), str(ROOT)]
-            run = subprocess.run([sys.executable, "-m", "harness.pool_bytes", str(cases_file)], cwd=ROOT,
-                                 env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)),
-                                 capture_output=True, text=True, timeout=900)
+            run = subprocess.run(
+                [sys.executable, "-m", "harness.pool_bytes", str(cases_file)],
+                cwd=ROOT,
+                env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             assert run.returncode == 0, run.stderr[-3000:]
             results[release] = json.loads(run.stdout.splitlines()[-1])
         return results[release]
@@ -67,8 +79,9 @@ def test_formula_equals_the_pool_builder(measured, release):
         case = result["case"]
         gdn = model.load(case["config"])
         rank = state_bytes.Rank.of(gdn, case["attn_tp"], case.get("mamba_ssm_dtype") or "float32")
-        expected = state_bytes.buffers(rank, release=release, window=case["window"], ring_len=case["ring_len"],
-                                       replayssm=case["replayssm"])
+        expected = state_bytes.buffers(
+            rank, release=release, window=case["window"], ring_len=case["ring_len"], replayssm=case["replayssm"]
+        )
         assert (result["slot"], result["request"], result["fixed"]) == (expected["slot"], expected["request"], {}), case
 
 

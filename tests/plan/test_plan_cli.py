@@ -28,8 +28,13 @@ def plan(*args: str) -> tuple:
     """(exit code, stdout, stderr) of `python -m replayssm_overlay plan ARGS` where torch, Triton and SGLang
     cannot be imported."""
     code = HIDE_HEAVY + "from replayssm_overlay.cli import main; sys.exit(main(sys.argv[1:]))"
-    run = subprocess.run([sys.executable, "-c", code, "plan", *args], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT / "overlay")))
+    run = subprocess.run(
+        [sys.executable, "-c", code, "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "overlay")),
+    )
     return run.returncode, run.stdout, run.stderr
 
 
@@ -50,8 +55,20 @@ def test_measured_qwen35_35b_tp1_window_16_on_the_fold_release():
 def test_the_three_families_plan_on_every_release():
     for name in sorted(path.name for path in MODELS.iterdir() if path.is_dir()):
         for release in SUPPORTED_RELEASES:
-            rc, doc, err = plan_json("--model", str(MODELS / name), "--release", release, "--tp", "8",
-                                     "--algorithm", "DSPARK", "--window", "8", "--ring-len", "16")
+            rc, doc, err = plan_json(
+                "--model",
+                str(MODELS / name),
+                "--release",
+                release,
+                "--tp",
+                "8",
+                "--algorithm",
+                "DSPARK",
+                "--window",
+                "8",
+                "--ring-len",
+                "16",
+            )
             assert rc == 0, err
             assert doc["per_request_bytes"]["off"] > doc["per_request_bytes"]["on"] > 0
 
@@ -64,16 +81,31 @@ def test_ring_release_refuses_a_ring_that_does_not_fit_the_window():
     rc, doc, _ = plan_json("--model", M35, "--release", RING_RELEASE, "--algorithm", "DFLASH", "--window", "12")
     assert rc == 1 and not doc["ok"] and doc["ring_fits"] is False and doc["smallest_ring"] == 32
     assert "--linear-replayssm-cache-len 32" in doc["refusals"][0]
-    rc, doc, _ = plan_json("--model", M35, "--release", RING_RELEASE, "--algorithm", "DFLASH", "--window", "12",
-                           "--ring-len", "32")
+    rc, doc, _ = plan_json(
+        "--model", M35, "--release", RING_RELEASE, "--algorithm", "DFLASH", "--window", "12", "--ring-len", "32"
+    )
     assert rc == 0 and doc["ring_fits"] is True
 
 
 def test_fit_counts_requests_and_refuses_fewer_than_max_running_requests(tmp_path):
     index = tmp_path / "model.safetensors.index.json"
     index.write_text(json.dumps({"metadata": {"total_size": 40 * 2**30}, "weight_map": {}}))
-    common = ("--model", M35, "--release", "0.5.19", "--algorithm", "DFLASH", "--window", "16",
-              "--gpu-memory-gib", "80", "--weights", str(tmp_path), "--mem-fraction-static", "0.85")
+    common = (
+        "--model",
+        M35,
+        "--release",
+        "0.5.19",
+        "--algorithm",
+        "DFLASH",
+        "--window",
+        "16",
+        "--gpu-memory-gib",
+        "80",
+        "--weights",
+        str(tmp_path),
+        "--mem-fraction-static",
+        "0.85",
+    )
     rc, doc, _ = plan_json(*common)
     fit = doc["fit"]
     assert rc == 0 and fit["weights_gib_per_gpu"] == 40 and fit["slots_per_request"] == 3
@@ -103,19 +135,22 @@ def _config(tmp_path, **changes) -> str:
     return str(tmp_path)
 
 
-@pytest.mark.parametrize("change, args, words", [
-    ({"model_type": "llama"}, (), ("model_type 'llama' is not a hybrid GDN model",)),
-    ({"linear_num_value_heads": None}, (), ("linear_num_value_heads is missing",)),
-    ({}, ("--window", "1"), ("--window 1", "at least 2")),
-    ({}, ("--algorithm", "EAGLE"), ("--algorithm EAGLE", "DFLASH")),
-    ({}, ("--ring-len", "24"), ("--ring-len 24", "power of two", "fix: pass 16")),
-    ({}, ("--tp", "3"), ("attention TP 3 does not divide", "linear_num_key_heads (16)", "1, 2, 4, 8, 16")),
-    ({}, ("--tp", "8", "--dp", "3"), ("--dp 3",)),
-    ({}, ("--release", "0.5.18"), ("SGLang 0.5.18 is not a release", ", ".join(SUPPORTED_RELEASES))),
-    ({}, ("--gpu-memory-gib", "80"), ("--weights",)),
-    ({}, ("--gpu-memory-gib", "80", "--weights", "/nonexistent/model"), ("/nonexistent/model",)),
-    ({}, ("--gpu-memory-gib", "80", "--weights-gib", "200"), ("leave nothing", "--mem-fraction-static above")),
-])
+@pytest.mark.parametrize(
+    "change, args, words",
+    [
+        ({"model_type": "llama"}, (), ("model_type 'llama' is not a hybrid GDN model",)),
+        ({"linear_num_value_heads": None}, (), ("linear_num_value_heads is missing",)),
+        ({}, ("--window", "1"), ("--window 1", "at least 2")),
+        ({}, ("--algorithm", "EAGLE"), ("--algorithm EAGLE", "DFLASH")),
+        ({}, ("--ring-len", "24"), ("--ring-len 24", "power of two", "fix: pass 16")),
+        ({}, ("--tp", "3"), ("attention TP 3 does not divide", "linear_num_key_heads (16)", "1, 2, 4, 8, 16")),
+        ({}, ("--tp", "8", "--dp", "3"), ("--dp 3",)),
+        ({}, ("--release", "0.5.18"), ("SGLang 0.5.18 is not a release", ", ".join(SUPPORTED_RELEASES))),
+        ({}, ("--gpu-memory-gib", "80"), ("--weights",)),
+        ({}, ("--gpu-memory-gib", "80", "--weights", "/nonexistent/model"), ("/nonexistent/model",)),
+        ({}, ("--gpu-memory-gib", "80", "--weights-gib", "200"), ("leave nothing", "--mem-fraction-static above")),
+    ],
+)
 def test_bad_input_names_the_field_and_the_fix_and_exits_2(tmp_path, change, args, words):
     base = {"--release": "0.5.19", "--algorithm": "DFLASH", "--window": "8", "--ring-len": "16"}
     base.update(dict(zip(args[::2], args[1::2])))
@@ -131,15 +166,18 @@ def test_help_has_an_example_for_each_family_and_each_runs(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["plan", "--help"])
     text = capsys.readouterr().out
-    examples = [line.strip() for line in text.replace("\\\n", " ").splitlines()
-                if line.strip().startswith("replayssm-overlay plan")]
+    examples = [
+        line.strip()
+        for line in text.replace("\\\n", " ").splitlines()
+        if line.strip().startswith("replayssm-overlay plan")
+    ]
     names = sorted(path.name for path in MODELS.iterdir() if path.is_dir())
     assert len(examples) == 3 and all(any(name in example for example in examples) for name in names)
     for example in examples:
         argv = shlex.split(example.replace("/models/", str(MODELS) + "/"))[2:]
         if "--weights" in argv:  # no weights here: their size instead
             at = argv.index("--weights")
-            argv[at:at + 2] = ["--weights-gib", "150"]
+            argv[at : at + 2] = ["--weights-gib", "150"]
         rc, _, err = plan(*argv)
         assert rc in (0, 1), (example, err)
 
@@ -147,8 +185,9 @@ def test_help_has_an_example_for_each_family_and_each_runs(capsys, tmp_path):
 def test_readme_table_is_the_plans():
     """Every row of README's "Why ReplaySSM" table, recomputed by the plan (0.5.19, and 0.5.23 for the rings)."""
     text = (ROOT / "README.md").read_text().split("## Why ReplaySSM", 1)[1].split("\n## ", 1)[0]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("| Qwen")]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| Qwen")
+    ]
     assert len(rows) >= 9
     names = {path.name.split("-Instruct")[0]: path for path in MODELS.iterdir() if path.is_dir()}
 
@@ -161,5 +200,9 @@ def test_readme_table_is_the_plans():
         _, ringed, _ = plan_json(*common, "--release", RING_RELEASE, "--ring-len", ring)
         assert int(ring) == ringed["smallest_ring"]
         assert [off, on, ratio, ring_on, ring_ratio] == [
-            shown(fold["per_request_bytes"]["off"]), shown(fold["per_request_bytes"]["on"]), f"{fold['ratio']:.1f}x",
-            shown(ringed["per_request_bytes"]["on"]), f"{ringed['ratio']:.1f}x"], name
+            shown(fold["per_request_bytes"]["off"]),
+            shown(fold["per_request_bytes"]["on"]),
+            f"{fold['ratio']:.1f}x",
+            shown(ringed["per_request_bytes"]["on"]),
+            f"{ringed['ratio']:.1f}x",
+        ], name

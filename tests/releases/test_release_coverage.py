@@ -66,7 +66,8 @@ def test_the_self_check_and_the_harness_find_the_releases_recurrence(tree_of, re
     assert any(_module_file(tree, name).is_file() for name in selfcheck.RECURRENCE_MODULES)
     harness_names = tuple(f"{package}.fused_sigmoid_gating_recurrent" for package in gdn_kernels.KERNEL_PACKAGES)
     assert harness_names == protocol.kernel_module_names("fused_sigmoid_gating_recurrent"), (
-        "harness/gdn_kernels.py names other kernel packages than replayssm_overlay/protocol.py")
+        "harness/gdn_kernels.py names other kernel packages than replayssm_overlay/protocol.py"
+    )
 
 
 @pytest.mark.parametrize("release", RING_RELEASES)
@@ -74,7 +75,8 @@ def test_a_ring_release_has_the_mtp_commit_the_ring_commit_calls(tree_of, releas
     module, _, function = protocol.MTP_COMMIT.rpartition(".")
     assert SPEC_UTILS.endswith(f"/{module}.py")
     assert _function(tree_of(release) / SPEC_UTILS, function) is not None, (
-        f"{release}'s {SPEC_UTILS} has no {function}: hooks/ring_commit.py calls it")
+        f"{release}'s {SPEC_UTILS} has no {function}: hooks/ring_commit.py calls it"
+    )
 
 
 @pytest.mark.parametrize("release", SUPPORTED_RELEASES)
@@ -94,9 +96,16 @@ def test_setup_installs_the_venvs_release_and_the_tables_others():
 
 
 #: the files a new release may have to touch, each named in RELEASING.md (the places this test checks)
-PLACES = ("overlay/replayssm_overlay/patcher/releases.py", "docker/base.lock", "overlay/replayssm_overlay/protocol.py",
-          "harness/gdn_kernels.py", "harness/cpu_redirects.py", "harness/configurator_probe.py",
-          "overlay/replayssm_overlay/patcher/hookpoints.py", "scripts/setup-venv.sh")
+PLACES = (
+    "overlay/replayssm_overlay/patcher/releases.py",
+    "docker/base.lock",
+    "overlay/replayssm_overlay/protocol.py",
+    "harness/gdn_kernels.py",
+    "harness/cpu_redirects.py",
+    "harness/configurator_probe.py",
+    "overlay/replayssm_overlay/patcher/hookpoints.py",
+    "scripts/setup-venv.sh",
+)
 
 
 def test_releasing_md_names_every_place_a_release_touches():

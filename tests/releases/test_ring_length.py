@@ -28,8 +28,15 @@ pytestmark = pytest.mark.probe  # SGLang's kernels under the interpreter, a proc
 
 def _report(release: str) -> dict:
     with sandbox.sglang_copy(release) as tree:
-        run = subprocess.run([sys.executable, "-m", "harness.ring_length", "--json"], env=sandbox.probe_env(tree),
-                             cwd=sandbox.REPO_ROOT, stdout=subprocess.PIPE, text=True, check=False, timeout=1800)
+        run = subprocess.run(
+            [sys.executable, "-m", "harness.ring_length", "--json"],
+            env=sandbox.probe_env(tree),
+            cwd=sandbox.REPO_ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=1800,
+        )
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["sglang"] == str(tree), report["sglang"]
     return report

@@ -59,15 +59,29 @@ def _status(capsys, tree, *extra):
 def _serve(monkeypatch, tree, state_dtype: str, stock_verify: str) -> dict:
     """This process's self-check record as a server of `tree` with that pool and verify kernel writes it."""
     monkeypatch.setattr(records, "imported_sglang_dir", lambda: str(Path(tree).resolve()))
-    geometry = selfcheck.Geometry(num_v_heads=32, num_k_heads=16, head_v_dim=128, head_k_dim=128, window=16,
-                                  state_dtype=state_dtype, ring_dtype="bfloat16")
-    return selfcheck.check_before_serving(geometry, seed=1, protocol_name=protocol.of_tree(tree),
-                                          stock_verify=stock_verify)
+    geometry = selfcheck.Geometry(
+        num_v_heads=32,
+        num_k_heads=16,
+        head_v_dim=128,
+        head_k_dim=128,
+        window=16,
+        state_dtype=state_dtype,
+        ring_dtype="bfloat16",
+    )
+    return selfcheck.check_before_serving(
+        geometry, seed=1, protocol_name=protocol.of_tree(tree), stock_verify=stock_verify
+    )
 
 
 def _summary(release: str, state_dtype: str, flags: dict, spec: bool) -> dict:
-    return {"sglang_version": release, "speculative_algorithm": "DFLASH", "speculative_num_draft_tokens": 16,
-            "enable_linear_replayssm_spec": spec, "mamba_ssm_dtype": state_dtype, **flags}
+    return {
+        "sglang_version": release,
+        "speculative_algorithm": "DFLASH",
+        "speculative_num_draft_tokens": 16,
+        "enable_linear_replayssm_spec": spec,
+        "mamba_ssm_dtype": state_dtype,
+        **flags,
+    }
 
 
 @pytest.mark.parametrize("key", SERVED_ROWS)
@@ -105,8 +119,9 @@ def test_parity_auto_picks_the_rows_mode_against_the_same_flags_with_replayssm_o
 
 def test_a_flashinfer_verify_row_names_the_triton_reference():
     release, state_dtype, flags = CONFIGURATIONS["fold-float32-flashinfer-verify"]
-    mode, why = parity_mode.choose("auto", _summary(release, state_dtype, flags, True),
-                                   _summary(release, state_dtype, flags, False))
+    mode, why = parity_mode.choose(
+        "auto", _summary(release, state_dtype, flags, True), _summary(release, state_dtype, flags, False)
+    )
     assert mode == exactness.TIE_AWARE and "--linear-attn-verify-backend triton" in why
 
 
@@ -150,7 +165,7 @@ def test_the_float16_ring_caveat_states_which_bfloat16_values_float16_holds():
     values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     values = values[torch.isfinite(values)]
     lost, size = values.half().bfloat16() != values, values.float().abs()
-    low = 2.0 ** exactness.FLOAT16_EXACT_BFLOAT16_EXPONENT
+    low = 2.0**exactness.FLOAT16_EXACT_BFLOAT16_EXPONENT
     assert not lost[(size >= low) & (size <= 65504)].any() and lost[size < low].any() and lost[size > 65504].all()
     changed = []
     for seed in range(3):

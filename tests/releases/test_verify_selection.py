@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.release_trees import OTHER_RELEASES, INSTALLED_RELEASE
+from harness.release_trees import INSTALLED_RELEASE, OTHER_RELEASES
 from replayssm_overlay import exactness
 
 pytestmark = pytest.mark.probe  # a process importing each release: not in make test-fast
@@ -27,8 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(tree: Path, *module: str) -> str:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(tree.parent), str(REPO / "overlay"), str(REPO)]))
+    env = dict(
+        os.environ,
+        PYTHONDONTWRITEBYTECODE="1",
+        TRITON_INTERPRET="1",
+        PYTHONPATH=os.pathsep.join([str(tree.parent), str(REPO / "overlay"), str(REPO)]),
+    )
     proc = subprocess.run([sys.executable, "-m", *module], capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout

@@ -26,8 +26,11 @@ def double():
 
     def start(*flags: str, spec: bool = True, metrics: bool = True) -> str:
         argv = [*(SPECULATIVE if spec else ()), *(("--enable-metrics",) if metrics else ()), *flags]
-        proc = subprocess.Popen([sys.executable, str(DOUBLE), "--host", "127.0.0.1", "--port", "0", "--quiet", *argv],
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(DOUBLE), "--host", "127.0.0.1", "--port", "0", "--quiet", *argv],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         seen = []
         for line in proc.stderr:  # up to "double: serving on http://127.0.0.1:PORT pid N"

@@ -22,12 +22,13 @@ QUICK = ("--step-ms", "20")
 
 def _traffic(urls: list[str], requests: int, prefix: str = LIVE) -> None:
     """`requests` greedy requests per node, four at a time, spread over the nodes as a router would."""
+
     def one(url, i):
         _post(url + "/generate", {"text": f"{prefix}question {i}", "sampling_params": {"max_new_tokens": 16}})
 
     threads = [threading.Thread(target=one, args=(url, i)) for i in range(requests) for url in urls]
     for start in range(0, len(threads), 4):
-        batch = threads[start:start + 4]
+        batch = threads[start : start + 4]
         for t in batch:
             t.start()
         for t in batch:
@@ -38,16 +39,41 @@ def _bake(tmp_path, canary: str, old: list[str], requests: int, min_requests: in
     """measure (traffic sent while it waits), then judge: (exit code, the result)."""
     readings, out = tmp_path / "readings.json", tmp_path / "bake.json"
     sender = threading.Thread(target=_traffic, args=([canary, *old], requests))
-    argv = ["measure", "--canary", f"node1={canary}", *(f"--old=node{i + 2}={u}" for i, u in enumerate(old)),
-            "--seconds", "1", "--poll", "0.5", "--min-requests", str(min_requests), "--max-wait", "5",
-            "--out", str(readings)]
+    argv = [
+        "measure",
+        "--canary",
+        f"node1={canary}",
+        *(f"--old=node{i + 2}={u}" for i, u in enumerate(old)),
+        "--seconds",
+        "1",
+        "--poll",
+        "0.5",
+        "--min-requests",
+        str(min_requests),
+        "--max-wait",
+        "5",
+        "--out",
+        str(readings),
+    ]
     sender.start()
     try:
         assert bake.main(argv) == 0
     finally:
         sender.join()
-    rc = bake.main(["judge", "--readings", str(readings), "--model", MODEL, "--algorithm", "DFLASH",
-                    "--out", str(out), *judge_args])
+    rc = bake.main(
+        [
+            "judge",
+            "--readings",
+            str(readings),
+            "--model",
+            MODEL,
+            "--algorithm",
+            "DFLASH",
+            "--out",
+            str(out),
+            *judge_args,
+        ]
+    )
     return rc, json.loads(out.read_text())
 
 
@@ -91,11 +117,14 @@ def test_too_little_traffic_gives_no_verdict(double, tmp_path):
     assert "NO VERDICT: the canary served 2 request(s), fewer than the 50 a verdict needs" in result["headline"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--seconds", "5", "--poll", "15"], "a bake of 5 s is shorter than one reading interval (15 s)"),
-    (["--seconds", "30", "--accept-tolerance", "1.5"], "is not a fraction in [0, 1)"),
-    (["--seconds", "30", "--latency-tolerance", "-0.1"], "is negative"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--seconds", "5", "--poll", "15"], "a bake of 5 s is shorter than one reading interval (15 s)"),
+        (["--seconds", "30", "--accept-tolerance", "1.5"], "is not a fraction in [0, 1)"),
+        (["--seconds", "30", "--latency-tolerance", "-0.1"], "is negative"),
+    ],
+)
 def test_bad_settings_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         bake.main(["check", "--model", MODEL, *argv])
@@ -114,16 +143,23 @@ def test_histogram_quantiles_interpolate_like_promql():
     assert promseries.quantile(0.75, counts) == pytest.approx(0.15)
     assert promseries.quantile(1.0, {0.1: 1.0, math.inf: 2.0}) == 0.1  # in +Inf: the highest finite bound
     assert promseries.quantile(0.5, {}) is None
-    text = ('x_bucket{a="1",le="0.1"} 1\nx_bucket{a="2",le="0.1"} 2\nx_bucket{a="1",le="+Inf"} 3\n'
-            'x_bucket{a="2",le="+Inf"} 4\n')
+    text = (
+        'x_bucket{a="1",le="0.1"} 1\nx_bucket{a="2",le="0.1"} 2\nx_bucket{a="1",le="+Inf"} 3\n'
+        'x_bucket{a="2",le="+Inf"} 4\n'
+    )
     assert promseries.buckets(promseries.samples(text), "x") == {0.1: 3.0, math.inf: 7.0}
 
 
 def test_overlay_facts_worse_on_the_canary_fail():
     facts = {"fold_in_use": ["replayssm"], "fallback_shapes": [], "selfcheck_outcomes": {"passed": 1}}
     worse = {"fold_in_use": ["sglang"], "fallback_shapes": ["(4, 16)"], "selfcheck_outcomes": {"failed": 1}}
-    window = {"requests": 200, "aborted": 0, "aborted_share": 0.0, "accept_length": 3.0,
-              **{label: 0.01 for label, _, _ in bake_rows.LATENCY_ROWS}}
+    window = {
+        "requests": 200,
+        "aborted": 0,
+        "aborted_share": 0.0,
+        "accept_length": 3.0,
+        **{label: 0.01 for label, _, _ in bake_rows.LATENCY_ROWS},
+    }
     tol = bake_rows.Tolerances()
     assert bake_rows.compare(window, window, 2.8, tol, (facts, facts))["verdict"] == "promote"
     result = bake_rows.compare(window, window, 2.8, tol, (worse, facts))

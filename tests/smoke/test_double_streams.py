@@ -34,12 +34,15 @@ def _stream(url: str, payload: dict, chunked: bool = False) -> tuple[str, list[b
     conn.close()
     events = [block for block in text.split("\n\n") if block]
     assert all(e.startswith("data: ") for e in events), text
-    return reply.getheader("Content-Type"), [e[len("data: "):].encode() for e in events]
+    return reply.getheader("Content-Type"), [e[len("data: ") :].encode() for e in events]
 
 
 def _metric(text: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
 
 
 def test_a_stream_sends_one_event_per_forward_pass_then_done(double):
@@ -59,8 +62,16 @@ def test_a_stream_sends_one_event_per_forward_pass_then_done(double):
 
 def test_a_chunked_body_with_smg_model_field_is_read(double):
     url = double()
-    _, events = _stream(url, {"text": "x", "model": "Qwen/Qwen3-Next-80B-A3B-Instruct",
-                              "sampling_params": {"max_new_tokens": 3}, "stream": True}, chunked=True)
+    _, events = _stream(
+        url,
+        {
+            "text": "x",
+            "model": "Qwen/Qwen3-Next-80B-A3B-Instruct",
+            "sampling_params": {"max_new_tokens": 3},
+            "stream": True,
+        },
+        chunked=True,
+    )
     assert json.loads(events[-2])["meta_info"]["completion_tokens"] == 3
     assert _post(url + "/generate", {"text": "x", "model": "m", "sampling_params": {"max_new_tokens": 2}})
 
@@ -71,8 +82,10 @@ def test_the_class_knob_sets_acceptance_for_matching_prompts_only(double):
     smoke = _post(url + "/generate", {"text": "def f(x):", "sampling_params": {"max_new_tokens": 32}})
     assert live["meta_info"]["spec_accept_length"] < 1.2  # collapsed: one token per verify, plus rounding
     assert smoke["meta_info"]["spec_accept_length"] > 2.5
-    assert live["output_ids"] == _post(url + "/generate", {"text": "chat: hello", "sampling_params": {
-        "max_new_tokens": 32}})["output_ids"]  # outputs stay what the model says
+    assert (
+        live["output_ids"]
+        == _post(url + "/generate", {"text": "chat: hello", "sampling_params": {"max_new_tokens": 32}})["output_ids"]
+    )  # outputs stay what the model says
 
 
 def test_requests_and_latency_histograms_count_each_request(double):
@@ -96,8 +109,12 @@ def test_a_client_that_leaves_mid_stream_counts_as_aborted(double):
     url = double("--step-ms", "200")
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-    conn.request("POST", "/generate", json.dumps({"text": "z", "sampling_params": {"max_new_tokens": 40},
-                                                  "stream": True}), {"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/generate",
+        json.dumps({"text": "z", "sampling_params": {"max_new_tokens": 40}, "stream": True}),
+        {"Content-Type": "application/json"},
+    )
     reply = conn.getresponse()
     reply.fp.readline()  # the first event's chunk size: the stream has begun
     conn.sock.close()

@@ -5,8 +5,9 @@ import ast
 import importlib.metadata
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "smoke_tests" / "replayssm_smoke"
@@ -36,6 +37,9 @@ def test_every_third_party_import_of_the_smoke_suite_is_declared():
     third_party = _top_level_imports(PACKAGE) - set(sys.stdlib_module_names) - own
     assert third_party, "the smoke suite imports nothing outside the standard library: check this test"
     providers = importlib.metadata.packages_distributions()
-    undeclared = {name: providers.get(name) for name in third_party
-                  if not declared & {_normalized(dist) for dist in providers.get(name, [])}}
+    undeclared = {
+        name: providers.get(name)
+        for name in third_party
+        if not declared & {_normalized(dist) for dist in providers.get(name, [])}
+    }
     assert not undeclared, f"imported by replayssm_smoke but not in pyproject's dependencies: {undeclared}"

@@ -16,7 +16,6 @@ import urllib.request
 
 import pytest
 
-
 spec = importlib.util.find_spec("sglang")
 if spec is None or not spec.submodule_search_locations:
     pytest.skip("needs the real SGLang 0.5.19 installed in the venv", allow_module_level=True)
@@ -66,9 +65,17 @@ def test_request_fields_exist_in_the_release():
 
 def test_generate_answer_uses_the_release_names(double):
     url = double()
-    out = _post(url + "/generate", {"text": "def f(x):", "sampling_params": {"max_new_tokens": 8},
-                                    "return_logprob": True, "logprob_start_len": 3, "top_logprobs_num": 2,
-                                    "return_prompt_token_ids": True})
+    out = _post(
+        url + "/generate",
+        {
+            "text": "def f(x):",
+            "sampling_params": {"max_new_tokens": 8},
+            "return_logprob": True,
+            "logprob_start_len": 3,
+            "top_logprobs_num": 2,
+            "return_prompt_token_ids": True,
+        },
+    )
     names = _strings("srt/managers/tokenizer_manager.py")
     assert set(out) <= names
     assert set(out["meta_info"]) <= names
@@ -89,17 +96,26 @@ def test_info_endpoints_and_metrics_use_the_release_names(double):
     assert set(info["internal_states"][0]) <= _strings("srt/managers/scheduler.py")
     assert set(_get(url + "/model_info")) <= _strings("srt/entrypoints/http_server.py")
     text = _get(url + "/metrics")
-    histograms = {line.split()[2] for line in text.splitlines()
-                  if line.startswith("# TYPE") and line.endswith(" histogram")}
+    histograms = {
+        line.split()[2] for line in text.splitlines() if line.startswith("# TYPE") and line.endswith(" histogram")
+    }
     served = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#")}
     # a histogram's series are its name with _bucket, _sum and _count (Prometheus' exposition format)
-    served = {next((h for h in histograms if name in (h + "_bucket", h + "_sum", h + "_count")), name)
-              for name in served}
+    served = {
+        next((h for h in histograms if name in (h + "_bucket", h + "_sum", h + "_count")), name) for name in served
+    }
     assert {"sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds"} <= histograms
     assert served <= _strings("srt/observability/metrics_collector.py")
     routes = _strings("srt/entrypoints/http_server.py")
-    assert {"/health", "/health_generate", "/generate", "/server_info", "/get_server_info", "/model_info",
-            "/get_model_info"} <= routes
+    assert {
+        "/health",
+        "/health_generate",
+        "/generate",
+        "/server_info",
+        "/get_server_info",
+        "/model_info",
+        "/get_model_info",
+    } <= routes
 
 
 def _labelled_counters(rel: str) -> set[str]:
@@ -107,9 +123,13 @@ def _labelled_counters(rel: str) -> set[str]:
     return {
         n.func.value.func.value.attr
         for n in ast.walk(_tree(rel))
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "inc"
-        and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Attribute)
-        and n.func.value.func.attr == "labels" and isinstance(n.func.value.func.value, ast.Attribute)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "inc"
+        and isinstance(n.func.value, ast.Call)
+        and isinstance(n.func.value.func, ast.Attribute)
+        and n.func.value.func.attr == "labels"
+        and isinstance(n.func.value.func.value, ast.Attribute)
     }
 
 
@@ -125,8 +145,9 @@ def test_labelled_counters_appear_with_the_first_request_as_in_the_release(doubl
 
 
 def test_stock_sglang_command_line_is_accepted(double):
-    url = double("--tp-size", "8", "--mem-fraction-static", "0.8", "--speculative-draft-model-path", "/m/draft",
-                 spec=True)
+    url = double(
+        "--tp-size", "8", "--mem-fraction-static", "0.8", "--speculative-draft-model-path", "/m/draft", spec=True
+    )
     info = _get(url + "/server_info")
     assert info["speculative_algorithm"] == "DFLASH" and info["speculative_draft_model_path"] == "/m/draft"
     assert info["enable_linear_replayssm_spec"] is True
@@ -140,9 +161,17 @@ def test_unknown_request_field_is_refused(double):
 
 def test_the_fields_the_router_adds_are_accepted_at_its_values_only(double):
     url = double()
-    routed = {"text": "x", "sampling_params": {"max_new_tokens": 2}, "model": None, "log_metrics": True,
-              "return_hidden_states": False, "background": False, "no_logs": False, "return_bytes": False,
-              "return_entropy": False}  # as sglang-router 0.3.2 forwards a plain /generate
+    routed = {
+        "text": "x",
+        "sampling_params": {"max_new_tokens": 2},
+        "model": None,
+        "log_metrics": True,
+        "return_hidden_states": False,
+        "background": False,
+        "no_logs": False,
+        "return_bytes": False,
+        "return_entropy": False,
+    }  # as sglang-router 0.3.2 forwards a plain /generate
     assert _post(url + "/generate", routed)["meta_info"]["completion_tokens"] == 2
     with pytest.raises(urllib.error.HTTPError) as exc:
         _post(url + "/generate", {**routed, "return_hidden_states": True})
@@ -179,13 +208,15 @@ def test_load_endpoints_use_the_release_names(double):
     assert set(loads) <= _strings("srt/entrypoints/v1_loads.py")
     assert set(loads["loads"][0]) <= _class_fields("srt/managers/load_snapshot.py", "LoadSnapshot")
     assert set(_get(url + "/get_load")[0]) <= _strings("srt/entrypoints/http_server.py")
-    assert {"/v1/loads", "/get_load"} <= _strings("srt/entrypoints/v1_loads.py") | _strings("srt/entrypoints/http_server.py")
+    assert {"/v1/loads", "/get_load"} <= _strings("srt/entrypoints/v1_loads.py") | _strings(
+        "srt/entrypoints/http_server.py"
+    )
 
 
 def test_metric_labels_are_the_schedulers(double):
     url = double()
     _post(url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 8}})
-    line = next(l for l in _get(url + "/metrics").splitlines() if l.startswith("sglang:spec_accept_length{"))
+    line = next(ln for ln in _get(url + "/metrics").splitlines() if ln.startswith("sglang:spec_accept_length{"))
     labels = {pair.split("=")[0] for pair in line.split("{", 1)[1].split("}", 1)[0].split(",")}
     assert {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"} <= labels
     assert labels <= _strings("srt/observability/metrics_collector.py")
@@ -200,7 +231,7 @@ def test_accept_length_file_makes_the_draft_go_bad_at_run_time(double, tmp_path)
     bad = _post(url + "/generate", payload)
     assert good["output_ids"] == bad["output_ids"]  # outputs stay correct
     assert good["meta_info"]["spec_accept_length"] > 2.5 and bad["meta_info"]["spec_accept_length"] < 1.2
-    gauge = next(l for l in _get(url + "/metrics").splitlines() if l.startswith("sglang:spec_accept_length{"))
+    gauge = next(ln for ln in _get(url + "/metrics").splitlines() if ln.startswith("sglang:spec_accept_length{"))
     assert float(gauge.rsplit(" ", 1)[1]) < 1.2
 
 
@@ -210,8 +241,12 @@ def _start(*flags: str, env: dict | None = None):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, str(DOUBLE), "--port", "0", "--quiet", *flags], stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [sys.executable, str(DOUBLE), "--port", "0", "--quiet", *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     for line in proc.stderr:
         if "serving on" in line:
             return proc, line.split("serving on ", 1)[1].split()[0]

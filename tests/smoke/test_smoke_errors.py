@@ -31,8 +31,13 @@ def _assert_env_error(code, doc, text, needle):
 def test_unreachable_server_exits_2_from_the_console_entry(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "smoke_tests"), str(ROOT / "overlay")]))
     url = f"http://127.0.0.1:{_free_port()}"
-    proc = subprocess.run([sys.executable, "-m", "replayssm_smoke.cli", "--target", url, "--out", str(tmp_path), "-q"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "replayssm_smoke.cli", "--target", url, "--out", str(tmp_path), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert f"cannot reach {url}/health" in proc.stdout
     assert json.loads((tmp_path / "report.json").read_text())["passed"] is False
@@ -53,8 +58,9 @@ def test_unhealthy_server(double, smoke):
 def test_run_over_its_deadline(double, tmp_path, capsys):
     from replayssm_smoke import cli
 
-    code = cli.main(["--target", double("--step-ms", "40"), "--classes", "code", "--deadline", "0.5",
-                     "--out", str(tmp_path), "-q"])
+    code = cli.main(
+        ["--target", double("--step-ms", "40"), "--classes", "code", "--deadline", "0.5", "--out", str(tmp_path), "-q"]
+    )
     assert code == 2
     assert "the run exceeded its deadline of 0.5 s" in capsys.readouterr().out
     assert json.loads((tmp_path / "report.json").read_text())["passed"] is False
@@ -91,10 +97,14 @@ def test_prompts_line_that_is_not_json(double, smoke, tmp_path):
 
 def test_thresholds_for_a_class_without_prompts(double, smoke, tmp_path):
     th = tmp_path / "th.yaml"
-    th.write_text("profiles:\n  - name: mine\n    match: ['*']\n    acceptance:\n"
-                  "      code: {min_mean_accept_length: 1.5}\n      sql: {min_mean_accept_length: 1.5}\n")
-    _assert_env_error(*smoke("--target", double(), "--classes", "code", "--thresholds", str(th)),
-                      "sets thresholds for class(es) ['sql'] but no prompt has that class")
+    th.write_text(
+        "profiles:\n  - name: mine\n    match: ['*']\n    acceptance:\n"
+        "      code: {min_mean_accept_length: 1.5}\n      sql: {min_mean_accept_length: 1.5}\n"
+    )
+    _assert_env_error(
+        *smoke("--target", double(), "--classes", "code", "--thresholds", str(th)),
+        "sets thresholds for class(es) ['sql'] but no prompt has that class",
+    )
 
 
 def test_bad_usage_is_exit_2(capsys):
@@ -117,5 +127,6 @@ def test_thresholds_file_that_is_not_yaml(double, smoke, tmp_path):
 def test_no_profile_for_the_model(double, smoke, tmp_path):
     th = tmp_path / "th.yaml"
     th.write_text("profiles:\n  - match: ['*llama*']\n    acceptance: {code: {min_mean_accept_length: 1}}\n")
-    _assert_env_error(*smoke("--target", double(), "--classes", "code", "--thresholds", str(th)),
-                      "no profile matches model")
+    _assert_env_error(
+        *smoke("--target", double(), "--classes", "code", "--thresholds", str(th)), "no profile matches model"
+    )

@@ -25,8 +25,13 @@ def test_clean_server_passes_every_gate(double, smoke, tmp_path):
     assert parity["passed"] is True and parity["prompts_matching"] == 20
     assert all(v is None for v in parity["first_divergence"].values())
     assert doc["metrics_cross_check"]["passed"] is True
-    assert abs(doc["metrics_cross_check"]["accept_length_from_metrics"]
-               - doc["acceptance_overall"]["token_weighted_accept_length"]) < 1e-9
+    assert (
+        abs(
+            doc["metrics_cross_check"]["accept_length_from_metrics"]
+            - doc["acceptance_overall"]["token_weighted_accept_length"]
+        )
+        < 1e-9
+    )
     suite = ET.parse(tmp_path / "out" / "junit.xml").getroot()
     assert suite.get("failures") == "0" and suite.get("errors") == "0"
     assert (tmp_path / "out" / "accept_length.svg").read_text().startswith("<svg")
@@ -138,8 +143,9 @@ def test_speculative_reference_is_noted(double, smoke):
 def test_json_output_is_the_report(double, tmp_path, capsys):
     from replayssm_smoke import cli
 
-    code = cli.main(["--target", double(), "--classes", "code", "--max-new-tokens", "16", "--json", "-q",
-                     "--out", str(tmp_path)])
+    code = cli.main(
+        ["--target", double(), "--classes", "code", "--max-new-tokens", "16", "--json", "-q", "--out", str(tmp_path)]
+    )
     printed = json.loads(capsys.readouterr().out)
     assert code == 0 and printed["passed"] is True
     assert printed == json.loads((tmp_path / "report.json").read_text())

@@ -70,11 +70,18 @@ def test_a_reference_with_replayssm_on_is_not_the_strict_reference(double, smoke
     assert any("parity compares two different speculative runs" in n for n in doc["notes"])
 
 
-@pytest.mark.parametrize("flags, row, needs", [
-    (("--sglang-version", "0.5.21"), "ring-float32", "the ring commit is not the ReplaySSM-off state"),
-    (("--mamba-ssm-dtype", "bfloat16"), "fold-low-precision-state", "claims nothing beyond it"),
-    (("--linear-attn-backend", "flashinfer"), "fold-float32-flashinfer-verify", "--linear-attn-verify-backend triton"),
-])
+@pytest.mark.parametrize(
+    "flags, row, needs",
+    [
+        (("--sglang-version", "0.5.21"), "ring-float32", "the ring commit is not the ReplaySSM-off state"),
+        (("--mamba-ssm-dtype", "bfloat16"), "fold-low-precision-state", "claims nothing beyond it"),
+        (
+            ("--linear-attn-backend", "flashinfer"),
+            "fold-float32-flashinfer-verify",
+            "--linear-attn-verify-backend triton",
+        ),
+    ],
+)
 def test_auto_is_tie_aware_where_the_targets_row_allows_no_strict_parity(double, smoke, flags, row, needs):
     """The same flags with ReplaySSM off on both sides, but the target's row (its SGLang version, state dtype,
     the kernel stock SGLang verifies with on its flags) makes that reference no bitwise one."""
@@ -88,7 +95,13 @@ def test_auto_is_tie_aware_where_the_targets_row_allows_no_strict_parity(double,
 
 def test_auto_is_strict_against_a_triton_verifying_reference_of_a_flashinfer_target(double, smoke):
     target = double("--tie-at", str(K), "--linear-attn-backend", "flashinfer")
-    reference = double(*SAME_ALGORITHM_REPLAYSSM_OFF, "--linear-attn-backend", "flashinfer",
-                       "--linear-attn-verify-backend", "triton", spec=False)
+    reference = double(
+        *SAME_ALGORITHM_REPLAYSSM_OFF,
+        "--linear-attn-backend",
+        "flashinfer",
+        "--linear-attn-verify-backend",
+        "triton",
+        spec=False,
+    )
     code, doc, _ = smoke("--target", target, "--reference", reference, "--classes", "json")
     assert code == 1 and _parity(doc)["mode"] == "strict", _parity(doc)["mode_reason"]

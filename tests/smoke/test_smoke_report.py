@@ -20,15 +20,35 @@ def _json_report(capsys, *argv: str) -> tuple[int, dict]:
 
 
 def test_a_finished_run_reports_the_run_keys(double, tmp_path, capsys):
-    code, doc = _json_report(capsys, "--target", double(), "--reference", double(spec=False), "--classes", "code",
-                             "--max-new-tokens", "16", "--out", str(tmp_path))
+    code, doc = _json_report(
+        capsys,
+        "--target",
+        double(),
+        "--reference",
+        double(spec=False),
+        "--classes",
+        "code",
+        "--max-new-tokens",
+        "16",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 0 and tuple(doc) == report.RUN_KEYS
     assert doc["schema"] == report.SCHEMA and doc["passed"] is True and doc["reference"] is not None
 
 
 def test_a_failed_run_reports_the_run_keys(double, tmp_path, capsys):
-    code, doc = _json_report(capsys, "--target", double("--accept-length", "1.0"), "--classes", "code",
-                             "--max-new-tokens", "16", "--out", str(tmp_path))
+    code, doc = _json_report(
+        capsys,
+        "--target",
+        double("--accept-length", "1.0"),
+        "--classes",
+        "code",
+        "--max-new-tokens",
+        "16",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 1 and tuple(doc) == report.RUN_KEYS and doc["exit_code"] == 1
 
 

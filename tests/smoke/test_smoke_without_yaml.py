@@ -10,13 +10,16 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-WITHOUT_YAML = "import sys; sys.modules['yaml'] = None; from replayssm_smoke.cli import main; sys.exit(main(sys.argv[1:]))"
+WITHOUT_YAML = (
+    "import sys; sys.modules['yaml'] = None; from replayssm_smoke.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 def _smoke(*argv: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(ROOT / sub) for sub in ("smoke_tests", "overlay")))
-    return subprocess.run([sys.executable, "-c", WITHOUT_YAML, *argv], capture_output=True, text=True, env=env,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_YAML, *argv], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_help_works_without_pyyaml():

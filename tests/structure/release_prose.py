@@ -25,8 +25,10 @@ PATTERNS = {
     "up to": re.compile(rf"\b(?:up to|until)\s+({_RELEASE})(?![\d])"),
     "list": re.compile(rf"(?<![\d.]){_RELEASE}(?:,\s*{_RELEASE})+,?\s+(?:and|or)\s+{_RELEASE}(?![\d])"),
     "quoted list": re.compile(rf"""["']{_RELEASE}["'](?:\s*,\s*["']{_RELEASE}["']){{2,}}"""),
-    "comma list": re.compile(rf"(?<![\d.]){_RELEASE}(?:,\s*(?:{_RELEASE}|\.\.\.|…)){{2,}}"
-                             rf"(?![\d])(?!,?\s+(?:and|or)\s)(?!,\s*(?:{_RELEASE}|\.\.\.|…))"),
+    "comma list": re.compile(
+        rf"(?<![\d.]){_RELEASE}(?:,\s*(?:{_RELEASE}|\.\.\.|…)){{2,}}"
+        rf"(?![\d])(?!,?\s+(?:and|or)\s)(?!,\s*(?:{_RELEASE}|\.\.\.|…))"
+    ),
 }
 #: (file, the statement's words): facts about particular releases, which a new release leaves true
 FACTS = {
@@ -37,11 +39,18 @@ FACTS = {
 }
 #: not read: measured results, the image lock (a place per release by design: tests/releases checks it), and the
 #: files that hold such statements as data (this one, its tests)
-SKIPPED = ("benchmarks/results/", "docker/base.lock", "tests/structure/release_prose.py",
-           "tests/structure/test_release_prose.py", "tests/structure/test_pretend_release.py")
+SKIPPED = (
+    "benchmarks/results/",
+    "docker/base.lock",
+    "tests/structure/release_prose.py",
+    "tests/structure/test_release_prose.py",
+    "tests/structure/test_pretend_release.py",
+)
 README = "README.md"
-TABLE_START = ("<!-- release table, from patcher/releases.py and docker/base.lock: "
-               "python -m tests.structure.release_prose --write -->")
+TABLE_START = (
+    "<!-- release table, from patcher/releases.py and docker/base.lock: "
+    "python -m tests.structure.release_prose --write -->"
+)
 TABLE_END = "<!-- end of the release table -->"
 
 
@@ -72,8 +81,13 @@ def problem(kind: str, releases: list) -> str:
 
 def tracked_files() -> list:
     """The repository's text files, as git tracks them (untracked ones that git does not ignore too)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.splitlines()
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     return [path for path in listed if not path.startswith(SKIPPED) and (ROOT / path).is_file()]
 
 
@@ -85,9 +99,14 @@ def stale_statements(texts: dict, generated: bool = False) -> list:
         for kind, words, releases, line in statements(_outside_table(text) if path == README else text):
             if (path, words) in FACTS:
                 continue
-            why = problem(kind, releases) if generated else (
-                "copies the release table: name it instead (\"every release of the table\", \"the ring releases, "
-                f"{RING_RELEASES[0]} on\"), or add it to FACTS if it is a fact no new release changes")
+            why = (
+                problem(kind, releases)
+                if generated
+                else (
+                    'copies the release table: name it instead ("every release of the table", "the ring releases, '
+                    f'{RING_RELEASES[0]} on"), or add it to FACTS if it is a fact no new release changes'
+                )
+            )
             if why:
                 found.append(f"{path}:{line}: {words!r}: {why}")
     return found
@@ -104,11 +123,17 @@ def _outside_table(text: str) -> str:
 def release_table(lock_text: str) -> str:
     """The README's release table, from the table and the lock's lanes (between its two marker lines)."""
     lanes = dict(line.split("=", 1) for line in lock_text.splitlines() if line.startswith("LANES_"))
-    rows = [TABLE_START, "| SGLang | GDN ReplaySSM protocol | what commits DFLASH/DSPARK | image lanes (`docker/base.lock`) |",
-            "|---|---|---|---|"]
+    rows = [
+        TABLE_START,
+        "| SGLang | GDN ReplaySSM protocol | what commits DFLASH/DSPARK | image lanes (`docker/base.lock`) |",
+        "|---|---|---|---|",
+    ]
     for release in SUPPORTED_RELEASES:
-        protocol, commit = ("ring", "the release's own MTP commit") if release in RING_RELEASES else (
-            "fold (raw window)", "the overlay's fold")
+        protocol, commit = (
+            ("ring", "the release's own MTP commit")
+            if release in RING_RELEASES
+            else ("fold (raw window)", "the overlay's fold")
+        )
         lanes_of = ", ".join(f"`{lane}`" for lane in lanes.get(f"LANES_{release}", "").split(",") if lane)
         rows.append(f"| {release} | {protocol} | {commit} | {lanes_of or 'none'} |")
     return "\n".join(rows + [TABLE_END])
@@ -117,7 +142,7 @@ def release_table(lock_text: str) -> str:
 def readme_table(readme_text: str) -> str:
     """The release table as the README holds it now ('' if it has none)."""
     start, end = readme_text.find(TABLE_START), readme_text.find(TABLE_END)
-    return readme_text[start:end + len(TABLE_END)] if 0 <= start < end else ""
+    return readme_text[start : end + len(TABLE_END)] if 0 <= start < end else ""
 
 
 def write_readme_table(root=ROOT) -> bool:
@@ -146,5 +171,7 @@ if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] != ["--write"]:
-        raise SystemExit("usage: python -m tests.structure.release_prose --write   (rewrites README.md's release table)")
+        raise SystemExit(
+            "usage: python -m tests.structure.release_prose --write   (rewrites README.md's release table)"
+        )
     print("README.md's release table " + ("rewritten" if write_readme_table() else "was up to date"))

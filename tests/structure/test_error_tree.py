@@ -12,8 +12,9 @@ from tests.structure import import_graph
 
 ROOT_CLASS = ("replayssm_overlay.errors", "OverlayError")
 NOT_COVERED = "NotCovered"
-BUILTIN_EXCEPTIONS = {name for name, value in vars(builtins).items()
-                      if isinstance(value, type) and issubclass(value, BaseException)}
+BUILTIN_EXCEPTIONS = {
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+}
 
 
 def _classes(packages=None) -> dict:
@@ -28,8 +29,11 @@ def _classes(packages=None) -> dict:
 
 def exception_roots(packages=None) -> dict:
     """The classes that derive from a built-in exception directly -> those built-ins."""
-    return {key: [b for b in bases if b in BUILTIN_EXCEPTIONS]
-            for key, bases in _classes(packages).items() if set(bases) & BUILTIN_EXCEPTIONS}
+    return {
+        key: [b for b in bases if b in BUILTIN_EXCEPTIONS]
+        for key, bases in _classes(packages).items()
+        if set(bases) & BUILTIN_EXCEPTIONS
+    }
 
 
 def exception_classes(packages=None) -> set:
@@ -55,10 +59,15 @@ def catches(name: str, packages=None) -> list:
     """(module, innermost enclosing function) of every `except` clause that names the exception `name`."""
     found = []
     for module, file in import_graph.modules(packages).items():
-        found += [(module, where) for where, handler in _handlers(ast.parse(file.read_text(), str(file)), "<module>")
-                  if handler.type is not None and any(
-                      isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.Attribute) and n.attr == name
-                      for n in ast.walk(handler.type))]
+        found += [
+            (module, where)
+            for where, handler in _handlers(ast.parse(file.read_text(), str(file)), "<module>")
+            if handler.type is not None
+            and any(
+                isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.Attribute) and n.attr == name
+                for n in ast.walk(handler.type)
+            )
+        ]
     return sorted(found)
 
 
@@ -75,12 +84,16 @@ def test_one_root_every_exception_class_descends_from_overlay_error():
     roots = exception_roots()
     assert roots == {ROOT_CLASS: ["Exception"]}, roots
     classes = _classes()
-    strays = sorted(key for key in exception_classes() if key != ROOT_CLASS
-                    and not descends_from(key, ROOT_CLASS[1], classes))
+    strays = sorted(
+        key for key in exception_classes() if key != ROOT_CLASS and not descends_from(key, ROOT_CLASS[1], classes)
+    )
     assert strays == []
     # the walk reaches every package, and through two levels (RequestTimeout -> SmokeEnvironmentError -> root)
-    assert {("replayssm_smoke.httpclient", "RequestTimeout"), ("harness.errors", "HarnessError"),
-            ("replayssm_overlay.patcher.writes", "Interrupted")} <= exception_classes()
+    assert {
+        ("replayssm_smoke.httpclient", "RequestTimeout"),
+        ("harness.errors", "HarnessError"),
+        ("replayssm_overlay.patcher.writes", "Interrupted"),
+    } <= exception_classes()
 
 
 def test_not_covered_is_one_class_caught_in_fold_covered_only():
@@ -92,15 +105,20 @@ def test_not_covered_is_one_class_caught_in_fold_covered_only():
 def test_control_a_second_root_and_a_second_catch_are_found(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "errors.py").write_text("class OverlayError(Exception):\n    pass\n\n\n"
-                                   "class NotCovered(OverlayError):\n    pass\n")
-    (pkg / "shapes.py").write_text("from pkg.errors import NotCovered\n\n\nclass Odd(ValueError):\n    pass\n\n\n"
-                                   "class Late(Odd):\n    pass\n\n\n"
-                                   "def plan():\n    try:\n        pass\n"
-                                   "    except (KeyError, NotCovered):\n        pass\n")
+    (pkg / "errors.py").write_text(
+        "class OverlayError(Exception):\n    pass\n\n\nclass NotCovered(OverlayError):\n    pass\n"
+    )
+    (pkg / "shapes.py").write_text(
+        "from pkg.errors import NotCovered\n\n\nclass Odd(ValueError):\n    pass\n\n\n"
+        "class Late(Odd):\n    pass\n\n\n"
+        "def plan():\n    try:\n        pass\n"
+        "    except (KeyError, NotCovered):\n        pass\n"
+    )
     packages = {"pkg": tmp_path}
-    assert exception_roots(packages) == {("pkg.errors", "OverlayError"): ["Exception"],
-                                         ("pkg.shapes", "Odd"): ["ValueError"]}
+    assert exception_roots(packages) == {
+        ("pkg.errors", "OverlayError"): ["Exception"],
+        ("pkg.shapes", "Odd"): ["ValueError"],
+    }
     assert ("pkg.shapes", "Late") in exception_classes(packages)
     assert not descends_from(("pkg.shapes", "Late"), "OverlayError", _classes(packages))
     assert catches(NOT_COVERED, packages) == [("pkg.shapes", "plan")]

@@ -47,7 +47,10 @@ def test_the_probes_modules_import_nothing_of_the_overlay_but_where_it_asks():
         if name not in loaded and name.startswith("harness"):
             loaded.add(name)
             todo += [target for target in import_graph.imports_of(known[name], name) if target in known]
-    importers = {name for name in loaded if any(target.startswith("replayssm_overlay")
-                                                for target in import_graph.imports_of(known[name], name))}
+    importers = {
+        name
+        for name in loaded
+        if any(target.startswith("replayssm_overlay") for target in import_graph.imports_of(known[name], name))
+    }
     assert {"harness.cpu_redirects", "harness.gdn_kernels", "harness.recurrence"} <= loaded
     assert importers == PROBE_OVERLAY_IMPORTERS

@@ -18,13 +18,22 @@ from replayssm_overlay.patcher.releases import SUPPORTED_RELEASES
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = "overlay/replayssm_overlay/patcher/releases.py"
-CHECKS = ["tests/structure/test_release_prose.py", "tests/releases/test_release_coverage.py", "-k",
-          "release_table or readme or help_texts or control_stale or image_lock or releasing_md"]
+CHECKS = [
+    "tests/structure/test_release_prose.py",
+    "tests/releases/test_release_coverage.py",
+    "-k",
+    "release_table or readme or help_texts or control_stale or image_lock or releasing_md",
+]
 
 
 def _copy(dest: Path) -> list:
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     files = [name for name in files if (ROOT / name).is_file()]
     for name in files:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -36,11 +45,30 @@ def _copy(dest: Path) -> list:
 def _failures(repo: Path, tmp: Path) -> dict:
     """test id -> failure message, of the release checks run in `repo` (its own table and files)."""
     report = tmp / "report.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                    f"--junitxml={report}", *CHECKS], cwd=repo, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            f"--junitxml={report}",
+            *CHECKS,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     cases = ET.parse(report).getroot().iter("testcase")
-    return {case.get("name"): (case.find("failure").get("message") or "") for case in cases
-            if case.find("failure") is not None or case.find("error") is not None}
+    return {
+        case.get("name"): (case.find("failure").get("message") or "")
+        for case in cases
+        if case.find("failure") is not None or case.find("error") is not None
+    }
 
 
 def _add_table_entry(repo: Path, new: str) -> None:
@@ -54,8 +82,10 @@ def _add_lock_lines(repo: Path, new: str) -> None:
     path = repo / "docker" / "base.lock"
     text = path.read_text()
     text = re.sub(r"^RELEASES=(.*)$", lambda m: f"RELEASES={m.group(1)},{new}", text, count=1, flags=re.M)
-    path.write_text(text.rstrip("\n") + f"\n\nLANES_{new}=cu130\nBASE_TAG_{new}_cu130=v{new}-cu130\n"
-                    f"BASE_DIGEST_{new}_cu130=sha256:UNPINNED-run-make-pin-base\nBASE_IMAGE_ID_{new}_cu130=\n")
+    path.write_text(
+        text.rstrip("\n") + f"\n\nLANES_{new}=cu130\nBASE_TAG_{new}_cu130=v{new}-cu130\n"
+        f"BASE_DIGEST_{new}_cu130=sha256:UNPINNED-run-make-pin-base\nBASE_IMAGE_ID_{new}_cu130=\n"
+    )
 
 
 def test_a_pretend_release_touches_the_table_the_lock_and_two_more_places(tmp_path):
@@ -66,13 +96,19 @@ def test_a_pretend_release_touches_the_table_the_lock_and_two_more_places(tmp_pa
 
     _add_table_entry(repo, new)
     failed = _failures(repo, tmp_path)
-    assert set(failed) == {"test_the_readme_release_table_is_the_tables_rendering",
-                           f"test_the_image_lock_pins_a_base_for_every_lane_of_the_release[{new}]"}, "\n".join(
-        f"{name}: {message}" for name, message in failed.items())
+    assert set(failed) == {
+        "test_the_readme_release_table_is_the_tables_rendering",
+        f"test_the_image_lock_pins_a_base_for_every_lane_of_the_release[{new}]",
+    }, "\n".join(f"{name}: {message}" for name, message in failed.items())
 
     _add_lock_lines(repo, new)
-    subprocess.run([sys.executable, "-m", "tests.structure.release_prose", "--write"], cwd=repo, check=True,
-                   capture_output=True, env={**os.environ, "PYTHONPATH": f"{repo / 'overlay'}:{repo}"})
+    subprocess.run(
+        [sys.executable, "-m", "tests.structure.release_prose", "--write"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": f"{repo / 'overlay'}:{repo}"},
+    )
     changelog = repo / "CHANGELOG.md"
     changelog.write_text(changelog.read_text().replace("## Unreleased\n", f"## Unreleased\n\n- SGLang {new}.\n", 1))
     assert _failures(repo, tmp_path) == {}

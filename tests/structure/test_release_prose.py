@@ -24,7 +24,8 @@ def test_the_readme_release_table_is_the_tables_rendering():
     readme = (release_prose.ROOT / "README.md").read_text()
     expected = release_prose.release_table((release_prose.ROOT / "docker" / "base.lock").read_text())
     assert release_prose.readme_table(readme) == expected, (
-        "README.md's release table is stale: run `.venv/bin/python -m tests.structure.release_prose --write`")
+        "README.md's release table is stale: run `.venv/bin/python -m tests.structure.release_prose --write`"
+    )
     assert all(f"| {release} |" in expected for release in SUPPORTED_RELEASES)
 
 
@@ -56,10 +57,12 @@ def test_the_help_texts_name_the_tables_releases():
 def test_control_stale_ranges_lists_and_literals_are_found():
     newest, oldest, ring = SUPPORTED_RELEASES[-1], SUPPORTED_RELEASES[0], RING_RELEASES
     older = SUPPORTED_RELEASES[-2]
-    text = (f"patches {oldest} to {newest} and, on {ring[0]}-{older}, the ring;\n"  # stale: ends early
-            f"up to {newest} refuses; {', '.join(ring[:-1])} and {newest} keep a ring;\n"  # both right
-            f"the same on {ring[1]} to {newest};\n"  # stale: starts mid-way
-            f"RELEASES = ({', '.join(repr(r) for r in ring[:3])})\n")  # stale: a literal list
+    text = (
+        f"patches {oldest} to {newest} and, on {ring[0]}-{older}, the ring;\n"  # stale: ends early
+        f"up to {newest} refuses; {', '.join(ring[:-1])} and {newest} keep a ring;\n"  # both right
+        f"the same on {ring[1]} to {newest};\n"  # stale: starts mid-way
+        f"RELEASES = ({', '.join(repr(r) for r in ring[:3])})\n"
+    )  # stale: a literal list
     found = release_prose.stale_statements({"x.py": text}, generated=True)
     assert sorted(int(line.split(":")[1]) for line in found) == [1, 3, 4], found
     # in a file, every statement copies the table: the right ones too, a comma list and an ellipsis too

@@ -25,10 +25,15 @@ def spec_problems(role: Path) -> list:
     specs = (yaml.safe_load(spec_file.read_text()) or {}).get("argument_specs") or {}
     found = []
     entry_points = {"main"} | {p.stem for p in (role / "tasks").glob("*.yml")}
-    found += [f"{role.name}: tasks/{name}.yml is no entry point of the spec" for name in sorted(entry_points - set(specs))]
+    found += [
+        f"{role.name}: tasks/{name}.yml is no entry point of the spec" for name in sorted(entry_points - set(specs))
+    ]
     main = (specs.get("main") or {}).get("options") or {}
-    found += [f"{role.name}: entry point {name} has other options than main" for name, spec in sorted(specs.items())
-              if ((spec or {}).get("options") or {}) != main]
+    found += [
+        f"{role.name}: entry point {name} has other options than main"
+        for name, spec in sorted(specs.items())
+        if ((spec or {}).get("options") or {}) != main
+    ]
     for variable, value in defaults.items():
         option = main.get(variable)
         if option is None:
@@ -41,8 +46,11 @@ def spec_problems(role: Path) -> list:
             found.append(f"{role.name}: {variable}'s spec default {option.get('default')!r} is not {value!r}")
         if "choices" in option and not templated and value not in option["choices"]:
             found.append(f"{role.name}: {variable}'s default {value!r} is not one of its choices")
-    found += [f"{role.name}: {variable} is in the spec but not in defaults/main.yml" for variable in sorted(main)
-              if variable not in defaults]
+    found += [
+        f"{role.name}: {variable} is in the spec but not in defaults/main.yml"
+        for variable in sorted(main)
+        if variable not in defaults
+    ]
     return found
 
 
@@ -59,9 +67,20 @@ def test_control_a_missing_entry_a_wrong_default_and_a_missing_entry_point_are_f
     (role / "defaults" / "main.yml").write_text("demo_port: 80\ndemo_mode: a\ndemo_new: 1\n")
     (role / "tasks" / "main.yml").write_text("[]\n")
     (role / "tasks" / "other.yml").write_text("[]\n")
-    (role / "meta" / "argument_specs.yml").write_text(yaml.safe_dump({"argument_specs": {"main": {"options": {
-        "demo_port": {"type": "int", "default": 8080, "description": "port"},
-        "demo_mode": {"type": "str", "choices": ["b"], "default": "a", "description": "mode"}}}}}))
+    (role / "meta" / "argument_specs.yml").write_text(
+        yaml.safe_dump(
+            {
+                "argument_specs": {
+                    "main": {
+                        "options": {
+                            "demo_port": {"type": "int", "default": 8080, "description": "port"},
+                            "demo_mode": {"type": "str", "choices": ["b"], "default": "a", "description": "mode"},
+                        }
+                    }
+                }
+            }
+        )
+    )
     assert spec_problems(role) == [
         "demo_role: tasks/other.yml is no entry point of the spec",
         "demo_role: demo_port's spec default 8080 is not 80",

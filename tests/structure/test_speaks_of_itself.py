@@ -10,10 +10,11 @@ import subprocess
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NARRATION = re.compile(
     r"\bissues? #?\d+(?![\d.]| instructions)"  # "issue 37 item 4", "issues 13 and 36" (not the verb)
-    r"|\bsessions? \d+"              # "session 16", "sessions 8-9"
+    r"|\bsessions? \d+"  # "session 16", "sessions 8-9"
     r"|\bthis round\b|\bthe lead\b|\bwe ran\b|\bin one sitting\b"
-    r"|\.\./shared/",                # a tool outside the repository
-    re.IGNORECASE)
+    r"|\.\./shared/",  # a tool outside the repository
+    re.IGNORECASE,
+)
 THIS_FILE = pathlib.Path(__file__).resolve()
 
 
@@ -39,8 +40,9 @@ def narration(files) -> list:
     for file in files:
         for number, line in enumerate(file.read_text(errors="replace").splitlines(), 1):
             if NARRATION.search(line):
-                found.append(f"{file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}:{number}: "
-                             f"{line.strip()}")
+                found.append(
+                    f"{file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}:{number}: {line.strip()}"
+                )
     return found
 
 
@@ -49,9 +51,15 @@ def test_no_file_narrates_how_the_project_was_made():
 
 
 def test_control_each_pattern_is_found(tmp_path):
-    lines = ["as issue 37 item 4 found", "in sessions 16-20", "On an H100 (this round)", "what the lead runs",
-             "bash ../shared/tools/triton-carry.sh", "the step loop issues 253 instructions",
-             "Nsight: issue 0.74 a scheduler-cycle"]
+    lines = [
+        "as issue 37 item 4 found",
+        "in sessions 16-20",
+        "On an H100 (this round)",
+        "what the lead runs",
+        "bash ../shared/tools/triton-carry.sh",
+        "the step loop issues 253 instructions",
+        "Nsight: issue 0.74 a scheduler-cycle",
+    ]
     file = tmp_path / "notes.md"
     file.write_text("\n".join(lines) + "\n")
     assert [hit.split(": ", 1)[1] for hit in narration([file])] == lines[:5]

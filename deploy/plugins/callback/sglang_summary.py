@@ -87,9 +87,11 @@ class CallbackModule(CallbackBase):
         failed = host in self._failed and report.get("outcome") in ("switching", "failed", None)
         outcome = report.get("outcome", "?")
         if host in lost:
-            outcome = (f"LOST mid-{report.get('action', 'switch')} at '{report.get('outcome', '?')}': "
-                       f"{lost[host]}; its journals name what to put back: rerun make deploy or make rollback "
-                       f"once it is reachable")
+            outcome = (
+                f"LOST mid-{report.get('action', 'switch')} at '{report.get('outcome', '?')}': "
+                f"{lost[host]}; its journals name what to put back: rerun make deploy or make rollback "
+                f"once it is reachable"
+            )
         elif failed:
             outcome = "FAILED"
         return f"{host} {report.get('from', '?')} -> {report.get('to', '?')} ({outcome})"
@@ -104,8 +106,9 @@ class CallbackModule(CallbackBase):
     def _done(self, host, report):
         """True when the node ended its action well: switched, up to date, rolled back, left alone."""
         outcome = str(report.get("outcome", ""))
-        return host not in self._failed and (outcome in GOOD or (
-            outcome.startswith(GOOD_PREFIXES) and "NOT healthy" not in outcome))
+        return host not in self._failed and (
+            outcome in GOOD or (outcome.startswith(GOOD_PREFIXES) and "NOT healthy" not in outcome)
+        )
 
     def _end_batch(self):
         if self._play is None or not self._plays:
@@ -120,8 +123,10 @@ class CallbackModule(CallbackBase):
     def _end_play(self):
         if self._play is None:
             return
-        self._display.display(f'== "{self._play}" took {time.monotonic() - self._play_start:.1f} s'
-                              + (f" ({self._batches} batches)" if self._batches > 1 else ""))
+        self._display.display(
+            f'== "{self._play}" took {time.monotonic() - self._play_start:.1f} s'
+            + (f" ({self._batches} batches)" if self._batches > 1 else "")
+        )
 
     @staticmethod
     def _play_hosts(play):
@@ -153,8 +158,15 @@ class CallbackModule(CallbackBase):
             for host in hosts:
                 report = play["reports"].get(host)
                 if report is None:
-                    lines.append(f"{host} NOT DONE (" + (f"LOST: {play['lost'][host]}" if host in play["lost"]
-                                                         else "not reached: an earlier batch failed") + ")")
+                    lines.append(
+                        f"{host} NOT DONE ("
+                        + (
+                            f"LOST: {play['lost'][host]}"
+                            if host in play["lost"]
+                            else "not reached: an earlier batch failed"
+                        )
+                        + ")"
+                    )
                     not_done.append(host)
                     continue
                 lines.append(self._line(report, host, play["lost"]))

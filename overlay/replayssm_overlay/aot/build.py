@@ -20,8 +20,8 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from replayssm_overlay import __version__ as OVERLAY_VERSION
 from replayssm_overlay.cliutil import atomic_write_json, sha256_file
@@ -81,9 +81,13 @@ def _up_to_date(old: dict, out: Path, nvrtc_version: str) -> bool:
     from replayssm_overlay.kernels import nvrtc
 
     cuda, files = old.get("cuda") or {}, old.get("files", {})
-    return (old.get("overlay_version") == OVERLAY_VERSION and cuda.get("source_sha256") == sha256_file(nvrtc.SOURCE)
-            and cuda.get("nvrtc") == nvrtc_version and cuda.get("file") in files
-            and all((out / rel).is_file() and sha256_file(out / rel) == digest for rel, digest in files.items()))
+    return (
+        old.get("overlay_version") == OVERLAY_VERSION
+        and cuda.get("source_sha256") == sha256_file(nvrtc.SOURCE)
+        and cuda.get("nvrtc") == nvrtc_version
+        and cuda.get("file") in files
+        and all((out / rel).is_file() and sha256_file(out / rel) == digest for rel, digest in files.items())
+    )
 
 
 def _build_cuda(staging: Path, nvrtc_version: str, progress: Callable[[str], None]) -> dict:

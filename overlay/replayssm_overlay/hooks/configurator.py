@@ -95,8 +95,9 @@ def admit(configurator, algorithm: str, model_config) -> None:
         from replayssm_overlay.hooks.ring_fit import require_ring_fit
 
         require_ring_fit(algorithm)
-    record = selfcheck.check_before_serving(selfcheck.Geometry.of_configurator(configurator), protocol_name=installed,
-                                            stock_verify=stock_verify())
+    record = selfcheck.check_before_serving(
+        selfcheck.Geometry.of_configurator(configurator), protocol_name=installed, stock_verify=stock_verify()
+    )
     sglang_warmup.warm_before_serving()  # where SGLang's fold can commit: compiled on the pool, not at a request
     logger.info(
         "replayssm-overlay: allowing %s + --enable-linear-replayssm-spec on hybrid GDN model %s; %s commits "

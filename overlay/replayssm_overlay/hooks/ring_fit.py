@@ -57,8 +57,11 @@ def smallest_ring(window: int) -> int:
 def fits(window: int, ring_len: int) -> bool:
     """A power of two of at least MIN_RING, at least twice the longest verify window (SGLang's rule for its
     KDA pools), or exactly the window where that is one of SHORT_RING_WINDOWS."""
-    return _power_of_two(ring_len) and ring_len >= MIN_RING and (ring_len >= 2 * window or ring_len == window
-                                                                  in SHORT_RING_WINDOWS)
+    return (
+        _power_of_two(ring_len)
+        and ring_len >= MIN_RING
+        and (ring_len >= 2 * window or ring_len == window in SHORT_RING_WINDOWS)
+    )
 
 
 def _windows_that_fit(ring_len: int) -> str:

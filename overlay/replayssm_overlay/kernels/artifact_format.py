@@ -53,8 +53,12 @@ def older_schema(folder: Path) -> bool:
 
 def summary(manifest: dict) -> dict:
     """What `kernels check` and `kernels status` show of a manifest: who built it, when, and the kernel."""
-    return {"builder": manifest.get("builder"), "built_at": manifest.get("built_at"),
-            "overlay_version": manifest.get("overlay_version"), "cuda": cuda_summary(manifest.get("cuda"))}
+    return {
+        "builder": manifest.get("builder"),
+        "built_at": manifest.get("built_at"),
+        "overlay_version": manifest.get("overlay_version"),
+        "cuda": cuda_summary(manifest.get("cuda")),
+    }
 
 
 def cuda_summary(entry: dict | None) -> str:

@@ -67,8 +67,13 @@ def register(subparsers, add_build) -> argparse.ArgumentParser:
         "use it, 1 if not (every reason listed).",
     )
     check.add_argument("dir", metavar="DIR", help="artifact folder")
-    check.add_argument("--arch", type=int, metavar="SM", help="check against this compute capability (e.g. 90) "
-                       "instead of the visible GPU's, for machines without one (default: the visible GPU's)")
+    check.add_argument(
+        "--arch",
+        type=int,
+        metavar="SM",
+        help="check against this compute capability (e.g. 90) "
+        "instead of the visible GPU's, for machines without one (default: the visible GPU's)",
+    )
     check.set_defaults(handler=_check)
 
     status = sub.add_parser(
@@ -80,7 +85,9 @@ def register(subparsers, add_build) -> argparse.ArgumentParser:
         description="Show the artifact folder the loader would use, where that choice came from, its "
         "manifest and whether this node can use it. Always exits 0 unless the arguments are wrong.",
     )
-    status.add_argument("--dir", metavar="DIR", help=f"folder to inspect (default: ${loader.ENV_DIR} or {loader.DEFAULT_DIR})")
+    status.add_argument(
+        "--dir", metavar="DIR", help=f"folder to inspect (default: ${loader.ENV_DIR} or {loader.DEFAULT_DIR})"
+    )
     status.add_argument("--arch", type=int, metavar="SM", help="as for check (default: the visible GPU's)")
     status.set_defaults(handler=_status)
     return group
@@ -96,8 +103,9 @@ def _check(args) -> int:
     if args.json:
         print_json({k: report[k] for k in ("ok", "folder", "problems", "node", "manifest")})
     elif report["ok"]:
-        emit_line(f"OK: this node can use the prebuilt kernel in {report['folder']} "
-                  f"({_summary_text(report['manifest'])})")
+        emit_line(
+            f"OK: this node can use the prebuilt kernel in {report['folder']} ({_summary_text(report['manifest'])})"
+        )
     else:
         emit_line(f"REFUSED: {report['folder']}\n" + "\n".join(f"  - {p}" for p in report["problems"]))
     return EXIT_OK if report["ok"] else EXIT_CHECK_FAILED
@@ -106,16 +114,27 @@ def _check(args) -> int:
 def _status(args) -> int:
     source = "argument" if args.dir else (loader.ENV_DIR if os.environ.get(loader.ENV_DIR) else "default")
     report = _inspect(args.dir, args.arch)
-    payload = {"folder": report["folder"], "folder_source": source, "exists": report["exists"],
-               "usable": report["ok"], "problems": report["problems"], "node": report["node"],
-               "manifest": report["manifest"]}
+    payload = {
+        "folder": report["folder"],
+        "folder_source": source,
+        "exists": report["exists"],
+        "usable": report["ok"],
+        "problems": report["problems"],
+        "node": report["node"],
+        "manifest": report["manifest"],
+    }
     if args.json:
         print_json(payload)
         return EXIT_OK
     node = report["node"]
     emit_line(f"folder:   {report['folder']} (from {source}){'' if report['exists'] else ' - does not exist'}")
-    gpu = (f"checked as sm_{node['arch']} (--arch; no GPU was asked)" if args.arch is not None
-           else f"GPU sm_{node['arch']}" if node["arch"] else "GPU none visible")
+    gpu = (
+        f"checked as sm_{node['arch']} (--arch; no GPU was asked)"
+        if args.arch is not None
+        else f"GPU sm_{node['arch']}"
+        if node["arch"]
+        else "GPU none visible"
+    )
     emit_line(f"node:     {gpu}")
     if report["manifest"]:
         emit_line(f"manifest: {_summary_text(report['manifest'])}")
@@ -127,11 +146,15 @@ def _inspect(folder, arch) -> dict:
     arch = arch if arch is not None else loader.gpu_arch()
     path = loader.artifact_dir(folder)
     manifest, problems = loader.check(path, arch)
-    return {"ok": not problems, "folder": str(path), "exists": path.is_dir(), "problems": problems,
-            "node": {"arch": arch}, "manifest": af.summary(manifest) if manifest is not None else None}
+    return {
+        "ok": not problems,
+        "folder": str(path),
+        "exists": path.is_dir(),
+        "problems": problems,
+        "node": {"arch": arch},
+        "manifest": af.summary(manifest) if manifest is not None else None,
+    }
 
 
 def _summary_text(manifest: dict) -> str:
-    return (f"CUDA commit kernel {manifest['cuda']}, overlay {manifest['overlay_version']}, "
-            f"built {manifest['built_at']}")
-
+    return f"CUDA commit kernel {manifest['cuda']}, overlay {manifest['overlay_version']}, built {manifest['built_at']}"

@@ -24,20 +24,31 @@ from replayssm_overlay.kernels import gdn_fold
 
 FOLD_OPTIONS = dict(num_warps=gdn_fold.NUM_WARPS, num_stages=gdn_fold.NUM_STAGES)
 _INT32 = torch.int32
-_INDEX_POSITIONS = tuple(list(gdn_fold.fold_signature("bf16")).index(name)  # what a commit passes the fold
-                         for name in ("slots", "accept_lens", "track_slots", "track_steps"))
+_INDEX_POSITIONS = tuple(
+    list(gdn_fold.fold_signature("bf16")).index(name)  # what a commit passes the fold
+    for name in ("slots", "accept_lens", "track_slots", "track_steps")
+)
 
 
 def indices(tensor, device_index: int):
     """`tensor` if a launch for int32 index vectors can read it as is (int32, 1-D, contiguous, 16-byte aligned,
     on the device), else an int32 contiguous copy (fresh, so aligned); NotCovered if it is not 1-D."""
-    if (tensor.dtype is _INT32 and not tensor.data_ptr() & 15 and tensor.ndim == 1 and tensor.is_contiguous()
-            and tensor.get_device() == device_index):
+    if (
+        tensor.dtype is _INT32
+        and not tensor.data_ptr() & 15
+        and tensor.ndim == 1
+        and tensor.is_contiguous()
+        and tensor.get_device() == device_index
+    ):
         return tensor
     if tensor.ndim != 1:
         raise NotCovered(f"index tensor of shape {tuple(tensor.shape)} (need 1-D)")
-    return tensor.to(device=torch.device("cpu") if device_index < 0 else torch.device("cuda", device_index),
-                     dtype=_INT32, memory_format=torch.contiguous_format, copy=True)
+    return tensor.to(
+        device=torch.device("cpu") if device_index < 0 else torch.device("cuda", device_index),
+        dtype=_INT32,
+        memory_format=torch.contiguous_format,
+        copy=True,
+    )
 
 
 class CommitPlan:
@@ -48,30 +59,47 @@ class CommitPlan:
         self.batch = batch
         self.has_track = has_track
         state = spec_state.temporal
-        pool = (state, spec_state.replayssm_rawv, spec_state.replayssm_rawk, spec_state.replayssm_g,
-                spec_state.replayssm_beta)
+        pool = (
+            state,
+            spec_state.replayssm_rawv,
+            spec_state.replayssm_rawk,
+            spec_state.replayssm_g,
+            spec_state.replayssm_beta,
+        )
         self._pool = pool
         self.device_index = state.get_device()
         fold_ints = gdn_fold.runtime_args(*pool)
         self.shape = describe_pool(spec_state)
         if len(spec_state.conv) != 1 or len(spec_state.intermediate_conv_window) != 1:
             raise NotCovered(
-                f"{len(spec_state.conv)} conv states (the commit's kernel rolls back exactly one, as GDN pools have)")
-        conv_src, conv_dst, conv_ints = gdn_fold.conv_args(state, spec_state.conv[0], spec_state.intermediate_conv_window[0])
+                f"{len(spec_state.conv)} conv states (the commit's kernel rolls back exactly one, as GDN pools have)"
+            )
+        conv_src, conv_dst, conv_ints = gdn_fold.conv_args(
+            state, spec_state.conv[0], spec_state.intermediate_conv_window[0]
+        )
         head, ints = (*pool[:3], conv_src, conv_dst, *pool[3:]), (*fold_ints, *conv_ints)
         example = torch.zeros(batch, dtype=torch.int32, device=state.device)
         constexprs = gdn_fold.fold_constexprs(has_track, kernels.tree_numpy if tree_numpy is None else tree_numpy)
-        fold = kernels.prepare(gdn_fold.gdn_replayssm_fold_kernel, gdn_fold.fold_grid(state, batch),
-                               (*head, example, example, example, example, *ints), constexprs, FOLD_OPTIONS,
-                               self.device_index)
+        fold = kernels.prepare(
+            gdn_fold.gdn_replayssm_fold_kernel,
+            gdn_fold.fold_grid(state, batch),
+            (*head, example, example, example, example, *ints),
+            constexprs,
+            FOLD_OPTIONS,
+            self.device_index,
+        )
         self._commit = getattr(fold, "commit", None)  # the CUDA kernel's: index tensors only
         self._fold = None if self._commit is not None else fold.taking(*_INDEX_POSITIONS)  # the Triton kernel's
 
     def matches(self, spec_state) -> bool:
         """Still the pool this plan was made for (same tensor objects)."""
-        return (spec_state.temporal is self._pool[0] and spec_state.replayssm_rawv is self._pool[1]
-                and spec_state.replayssm_rawk is self._pool[2] and spec_state.replayssm_g is self._pool[3]
-                and spec_state.replayssm_beta is self._pool[4])
+        return (
+            spec_state.temporal is self._pool[0]
+            and spec_state.replayssm_rawv is self._pool[1]
+            and spec_state.replayssm_rawk is self._pool[2]
+            and spec_state.replayssm_g is self._pool[3]
+            and spec_state.replayssm_beta is self._pool[4]
+        )
 
     def run(self, slots, accept_lens, track_slots=None, track_steps=None) -> None:
         """Fold and roll back: one launch. Index tensors the launch cannot read as given are copied;

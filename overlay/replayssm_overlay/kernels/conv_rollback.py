@@ -28,8 +28,28 @@ DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "f
 
 
 @triton.jit
-def copy_window(slot, step, src, dst, layer, row, start, chunk, elems, width, src_layer, src_row, src_step, src_dim,
-                src_win, dst_layer, dst_slot, n_rows, n_steps, n_slots):
+def copy_window(
+    slot,
+    step,
+    src,
+    dst,
+    layer,
+    row,
+    start,
+    chunk,
+    elems,
+    width,
+    src_layer,
+    src_row,
+    src_step,
+    src_dim,
+    src_win,
+    dst_layer,
+    dst_slot,
+    n_rows,
+    n_steps,
+    n_slots,
+):
     """dst[layer, slot].flat[start:start+chunk] = src[layer, row, step] (flat in (dim, W) order), unless
     the row is one SGLang's scatter skips."""
     if (slot >= 0) & (slot < n_slots) & (step >= 0) & (step < n_steps) & (row < n_rows):
@@ -54,8 +74,17 @@ def runtime_args(dst, src, programs_per_row: int) -> tuple:
     if (width != 1 and dst.stride(3) != 1) or (dim != 1 and dst.stride(2) != width):
         raise NotCovered(f"conv state strides {dst.stride()} are not contiguous per slot")
     elems = dim * width
-    ints = (elems, width, triton.cdiv(elems, programs_per_row), *src.stride(), dst.stride(0), dst.stride(1),
-            src.shape[1], src.shape[2], dst.shape[1])
+    ints = (
+        elems,
+        width,
+        triton.cdiv(elems, programs_per_row),
+        *src.stride(),
+        dst.stride(0),
+        dst.stride(1),
+        src.shape[1],
+        src.shape[2],
+        dst.shape[1],
+    )
     if any(value >= 2**31 for value in ints) or src.shape[1] * src.stride(1) >= 2**31:
         raise NotCovered("conv tensors too large for 32-bit row offsets")
     return ints

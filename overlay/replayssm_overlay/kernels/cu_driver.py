@@ -53,12 +53,25 @@ class CubinLaunch:
         grid = tuple(grid) + (1,) * (3 - len(grid))
         self.buffer = buffer
         self._size = ctypes.c_size_t(ctypes.sizeof(buffer))
-        self._extra = (ctypes.c_void_p * 5)(_CU_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
-                                            _CU_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self._size),
-                                            _CU_LAUNCH_PARAM_END)
+        self._extra = (ctypes.c_void_p * 5)(
+            _CU_LAUNCH_PARAM_BUFFER_POINTER,
+            ctypes.addressof(buffer),
+            _CU_LAUNCH_PARAM_BUFFER_SIZE,
+            ctypes.addressof(self._size),
+            _CU_LAUNCH_PARAM_END,
+        )
         self._stream = ctypes.c_void_p()
-        self._head = (function, *(ctypes.c_uint(n) for n in grid), ctypes.c_uint(threads),
-                      ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(shared), self._stream, None, self._extra)
+        self._head = (
+            function,
+            *(ctypes.c_uint(n) for n in grid),
+            ctypes.c_uint(threads),
+            ctypes.c_uint(1),
+            ctypes.c_uint(1),
+            ctypes.c_uint(shared),
+            self._stream,
+            None,
+            self._extra,
+        )
         self._launch_kernel = driver()["cuLaunchKernel"]
         self._stream_of, self._device_index = torch._C._cuda_getCurrentRawStream, device_index
 

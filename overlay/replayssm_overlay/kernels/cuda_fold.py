@@ -29,12 +29,17 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from replayssm_overlay.kernels import gdn_fold
 from replayssm_overlay.errors import NotCovered
-from replayssm_overlay.kernels.cu_driver import CubinLaunch, check as _check, driver
+from replayssm_overlay.kernels import gdn_fold
+from replayssm_overlay.kernels.cu_driver import CubinLaunch, driver
+from replayssm_overlay.kernels.cu_driver import check as _check
 
-KERNELS = {(2, False): "gdn_fold_conv2", (2, True): "gdn_fold_conv2_track", (4, False): "gdn_fold_conv4",
-           (4, True): "gdn_fold_conv4_track"}  # (conv element bytes, track) -> entry point
+KERNELS = {
+    (2, False): "gdn_fold_conv2",
+    (2, True): "gdn_fold_conv2_track",
+    (4, False): "gdn_fold_conv4",
+    (4, True): "gdn_fold_conv4_track",
+}  # (conv element bytes, track) -> entry point
 MAX_WINDOW = 32  # lane t of a warp holds step t's gates
 CONV_CHUNK = 512  # conv elements per conv unit (gdn_fold.cu)
 COLUMNS = 16  # state columns per work item: gdn_fold.cu's COLS for the layout nvrtc.py builds
@@ -82,22 +87,39 @@ class LoadedFold:
                 self._image = ctypes.create_string_buffer(cubin, len(cubin))
                 _check(lib.cuModuleLoadData(ctypes.byref(self._module), self._image), "cuModuleLoadData")
                 sms, optin = ctypes.c_int(), ctypes.c_int()
-                _check(lib.cuDeviceGetAttribute(ctypes.byref(sms), _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-                       "cuDeviceGetAttribute")
-                _check(lib.cuDeviceGetAttribute(ctypes.byref(optin), _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                                                dev), "cuDeviceGetAttribute")
+                _check(
+                    lib.cuDeviceGetAttribute(ctypes.byref(sms), _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                    "cuDeviceGetAttribute",
+                )
+                _check(
+                    lib.cuDeviceGetAttribute(
+                        ctypes.byref(optin), _CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev
+                    ),
+                    "cuDeviceGetAttribute",
+                )
                 self.functions, self._per_sm, self._sms = {}, {}, sms.value
                 self.team = _read_team(lib, self._module)
                 for key, name in KERNELS.items():
                     fn = ctypes.c_void_p()
-                    _check(lib.cuModuleGetFunction(ctypes.byref(fn), self._module, name.encode()), f"cuModuleGetFunction {name}")
-                    _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                                  _CARVEOUT_MAX_SHARED), "cuFuncSetAttribute")
+                    _check(
+                        lib.cuModuleGetFunction(ctypes.byref(fn), self._module, name.encode()),
+                        f"cuModuleGetFunction {name}",
+                    )
+                    _check(
+                        lib.cuFuncSetAttribute(
+                            fn, _CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, _CARVEOUT_MAX_SHARED
+                        ),
+                        "cuFuncSetAttribute",
+                    )
                     # a team's tiles and windows pass the 48 KB a block gets without opting in (a 16-step window:
                     # 48.03); the opt-in covers static and dynamic shared memory together, so a build with a static
                     # array gets the rest (the whole opt-in would be refused)
-                    _check(lib.cuFuncSetAttribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                  optin.value - static_shared_bytes(fn)), "cuFuncSetAttribute")
+                    _check(
+                        lib.cuFuncSetAttribute(
+                            fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin.value - static_shared_bytes(fn)
+                        ),
+                        "cuFuncSetAttribute",
+                    )
                     self.functions[key] = fn
             finally:
                 _check(lib.cuCtxPopCurrent_v2(ctypes.byref(ctx)), "cuCtxPopCurrent")
@@ -108,12 +130,17 @@ class LoadedFold:
         found = self._per_sm.get((key, shared))
         if found is None:
             per_sm = ctypes.c_int()
-            _check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), self.functions[key],
-                                                                         32 * self.team[key[1]], ctypes.c_size_t(shared)),
-                   "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            _check(
+                driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    ctypes.byref(per_sm), self.functions[key], 32 * self.team[key[1]], ctypes.c_size_t(shared)
+                ),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            )
             if per_sm.value < 1:
-                raise NotCovered(f"no block of {self.team[key[1]]} warps with {shared} bytes of shared"
-                                                     " memory fits an SM of this device")
+                raise NotCovered(
+                    f"no block of {self.team[key[1]]} warps with {shared} bytes of shared"
+                    " memory fits an SM of this device"
+                )
             found = self._per_sm[(key, shared)] = per_sm.value * self._sms
         return found
 
@@ -121,16 +148,20 @@ class LoadedFold:
 def static_shared_bytes(function) -> int:
     """The static shared memory (`__shared__` arrays) of a loaded entry point, as the driver counts it."""
     static = ctypes.c_int()
-    _check(driver().cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
-           "cuFuncGetAttribute")
+    _check(
+        driver().cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+        "cuFuncGetAttribute",
+    )
     return static.value
 
 
 def _read_team(lib, module) -> dict:
     """{track: warps per block} from the cubin's `gdn_fold_team`; NotCovered for a cubin without it."""
     address, size = ctypes.c_uint64(), ctypes.c_size_t()
-    _check(lib.cuModuleGetGlobal_v2(ctypes.byref(address), ctypes.byref(size), module, _TEAM_SYMBOL),
-           "cuModuleGetGlobal gdn_fold_team (a cubin of an older gdn_fold.cu?)")
+    _check(
+        lib.cuModuleGetGlobal_v2(ctypes.byref(address), ctypes.byref(size), module, _TEAM_SYMBOL),
+        "cuModuleGetGlobal gdn_fold_team (a cubin of an older gdn_fold.cu?)",
+    )
     team = (ctypes.c_int * 2)()
     _check(lib.cuMemcpyDtoH_v2(team, address, ctypes.c_size_t(ctypes.sizeof(team))), "cuMemcpyDtoH gdn_fold_team")
     return {False: team[0], True: team[1]}
@@ -146,15 +177,23 @@ def _covers(args, columns: int = COLUMNS) -> None:
     """Raise NotCovered unless the kernel handles these (already Triton-checked) arguments."""
     state, rawv, rawk = args[:3]  # the conv pair is Triton-checked: bf16, fp16 or fp32, 2 or 4 bytes a copy
     if str(rawv.dtype) != RING_DTYPE or str(rawk.dtype) != RING_DTYPE:  # SGLANG_MAMBA_CONV_DTYPE sets the rings'
-        raise NotCovered(f"raw k/v rings of {rawk.dtype}/{rawv.dtype} (the CUDA kernel reads "
-                                             "bfloat16 rings only; the ring dtype is the conv dtype, "
-                                             "SGLANG_MAMBA_CONV_DTYPE)")
+        raise NotCovered(
+            f"raw k/v rings of {rawk.dtype}/{rawv.dtype} (the CUDA kernel reads "
+            "bfloat16 rings only; the ring dtype is the conv dtype, "
+            "SGLANG_MAMBA_CONV_DTYPE)"
+        )
     V, RL = state.shape[3], rawv.shape[3]
     if V % columns or RL > MAX_WINDOW:
-        raise NotCovered(f"V={V} (need a multiple of {columns}) or window {RL} (at most {MAX_WINDOW})"
-                                             " for the CUDA kernel")
-    for name, t, align in (("state", state, 16), ("rawv", rawv, 16), ("rawk", rawk, 16), ("gate", args[5], 4),
-                           ("beta", args[6], 4)):
+        raise NotCovered(
+            f"V={V} (need a multiple of {columns}) or window {RL} (at most {MAX_WINDOW}) for the CUDA kernel"
+        )
+    for name, t, align in (
+        ("state", state, 16),
+        ("rawv", rawv, 16),
+        ("rawk", rawk, 16),
+        ("gate", args[5], 4),
+        ("beta", args[6], 4),
+    ):
         if t.data_ptr() % align:
             raise NotCovered(f"{name} is not {align}-byte aligned")
 
@@ -173,7 +212,7 @@ class CudaKernels:
         self._loaded = {}
         self._lock = threading.Lock()
 
-    def pinned(self, grid: str) -> "CudaKernels":
+    def pinned(self, grid: str) -> CudaKernels:
         """The same binary, loaded once for both, launched on another grid (the self-check's staging grid)."""
         other = CudaKernels(self.cubin, self.origin, self.columns, grid)
         other._loaded, other._lock = self._loaded, self._lock
@@ -198,8 +237,10 @@ class CudaKernels:
         key = (args[3].element_size(), bool(constexprs["HAS_TRACK"]))
         team = fold.team[key[1]]
         if args[0].shape[3] % (self.columns * team):
-            raise NotCovered(f"V={args[0].shape[3]} (need a multiple of {self.columns * team}: "
-                                                 f"{team} warps of {self.columns} columns) for the CUDA kernel")
+            raise NotCovered(
+                f"V={args[0].shape[3]} (need a multiple of {self.columns * team}: "
+                f"{team} warps of {self.columns} columns) for the CUDA kernel"
+            )
         packed = pack(args, grid[1])
         shared = smem_bytes(packed.RL, team, self.columns)
         programs = grid_size(packed, team, fold.programs(key, shared), key[1], self.grid, self.columns)
@@ -247,8 +288,13 @@ def given_index(tensor, device_index: int, int32, int64, copy) -> tuple:
     are passed in: this module imports torch only where it runs."""
     dtype, address = tensor.dtype, tensor.data_ptr()
     wide = 1 if dtype is int64 else 0 if dtype is int32 else -1
-    if (wide >= 0 and not address & (3 | wide << 2) and tensor.ndim == 1 and tensor.is_contiguous()
-            and tensor.get_device() == device_index):
+    if (
+        wide >= 0
+        and not address & (3 | wide << 2)
+        and tensor.ndim == 1
+        and tensor.is_contiguous()
+        and tensor.get_device() == device_index
+    ):
         return address, wide, tensor
     tensor = copy(tensor, device_index)
     return tensor.data_ptr(), 0, tensor
@@ -256,7 +302,7 @@ def given_index(tensor, device_index: int, int32, int64, copy) -> tuple:
 
 def pack(args, batch: int) -> FoldArgs:
     """The kernel's argument struct from the Triton kernel's runtime arguments (tensors, then integers)."""
-    pointers, ints = args[:len(_POINTERS)], args[len(_POINTERS):]
+    pointers, ints = args[: len(_POINTERS)], args[len(_POINTERS) :]
     if len(ints) != len(_INTS) - 3:
         raise ValueError(f"{len(args)} arguments, the commit kernel takes {len(_POINTERS) + len(_INTS) - 3}")
     import torch
@@ -265,8 +311,9 @@ def pack(args, batch: int) -> FoldArgs:
     return FoldArgs(*[t.data_ptr() for t in pointers], *ints, args[0].shape[0], batch, wide)
 
 
-def grid_size(packed: FoldArgs, team: int, resident: int, has_track: bool, grid: str = "auto",
-              columns: int = COLUMNS) -> int:
+def grid_size(
+    packed: FoldArgs, team: int, resident: int, has_track: bool, grid: str = "auto", columns: int = COLUMNS
+) -> int:
     """Blocks of the launch (>= 1). The kernel walks work units p, p + P, ... for any grid P, and a block stages
     its next unit while it folds one. Persistent: the `resident` blocks (fewer where there is less work). Auto:
     blocks of `auto_share` units where the window is at most AUTO_SHARE_MAX_WINDOW[has_track] and that makes at

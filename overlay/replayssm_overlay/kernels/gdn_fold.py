@@ -135,19 +135,26 @@ def _l2_normalized(k, TREE_NUMPY: tl.constexpr):
             return k * r
         else:
             k, r = tl.broadcast(k, r)
-            return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [k, r], dtype=tl.float32,
-                                             is_pure=True, pack=1)
+            return tl.inline_asm_elementwise(
+                "mul.rn.f32 $0, $1, $2;", "=r,r,r", [k, r], dtype=tl.float32, is_pure=True, pack=1
+            )
 
 
 @triton.jit
 def _k_offsets(FRONT: tl.constexpr):
     """k on the tile axes (see above)."""
     if FRONT:
-        lanes = (4 * tl.arange(0, 2)[:, None, None, None, None, None, None, None, None, None, None] + 8 * tl.arange(0, 2)[None, :, None, None, None, None, None, None, None, None, None]
-                 + 16 * tl.arange(0, 2)[None, None, :, None, None, None, None, None, None, None, None])
+        lanes = (
+            4 * tl.arange(0, 2)[:, None, None, None, None, None, None, None, None, None, None]
+            + 8 * tl.arange(0, 2)[None, :, None, None, None, None, None, None, None, None, None]
+            + 16 * tl.arange(0, 2)[None, None, :, None, None, None, None, None, None, None, None]
+        )
     else:
-        lanes = (4 * tl.arange(0, 2)[None, None, None, None, None, None, None, None, None, :, None] + 8 * tl.arange(0, 2)[None, None, None, None, None, None, None, None, :, None, None]
-                 + 16 * tl.arange(0, 2)[None, None, None, None, None, None, None, :, None, None, None])
+        lanes = (
+            4 * tl.arange(0, 2)[None, None, None, None, None, None, None, None, None, :, None]
+            + 8 * tl.arange(0, 2)[None, None, None, None, None, None, None, None, :, None, None]
+            + 16 * tl.arange(0, 2)[None, None, None, None, None, None, None, :, None, None, None]
+        )
     return (
         lanes
         + 64 * tl.arange(0, 2)[None, None, None, None, :, None, None, None, None, None, None]
@@ -166,8 +173,17 @@ def _v_offsets(FRONT: tl.constexpr, BV: tl.constexpr):
 
 @triton.jit(
     do_not_specialize=[
-        "state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
-        "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "RL",
+        "state_layer_tiles",
+        "state_slot_tiles",
+        "rawv_layer_rows",
+        "rawv_slot_rows",
+        "rawk_layer_rows",
+        "rawk_slot_rows",
+        "gate_layer_stride",
+        "gate_slot_stride",
+        "HV",
+        "GROUP",
+        "RL",
     ]
 )
 def gdn_replayssm_fold_kernel(
@@ -233,13 +249,51 @@ def gdn_replayssm_fold_kernel(
     # the conv rollback first, for the active and the track slot: SGLang's scatters skip exactly the
     # rows these skip, and copy the track window whatever the active slot is
     start = (i_hv * tl.num_programs(0) + i_v) * conv_chunk
-    conv_rollback.copy_window(slot, n_commit - 1, conv_src, conv_dst, i_layer, i_n, start, conv_chunk, conv_elems,
-                              conv_width, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim, conv_src_win,
-                              conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots)
+    conv_rollback.copy_window(
+        slot,
+        n_commit - 1,
+        conv_src,
+        conv_dst,
+        i_layer,
+        i_n,
+        start,
+        conv_chunk,
+        conv_elems,
+        conv_width,
+        conv_src_layer,
+        conv_src_row,
+        conv_src_step,
+        conv_src_dim,
+        conv_src_win,
+        conv_dst_layer,
+        conv_dst_slot,
+        conv_rows,
+        conv_steps,
+        conv_slots,
+    )
     if HAS_TRACK:
-        conv_rollback.copy_window(track_slot, track_step, conv_src, conv_dst, i_layer, i_n, start, conv_chunk,
-                                  conv_elems, conv_width, conv_src_layer, conv_src_row, conv_src_step, conv_src_dim,
-                                  conv_src_win, conv_dst_layer, conv_dst_slot, conv_rows, conv_steps, conv_slots)
+        conv_rollback.copy_window(
+            track_slot,
+            track_step,
+            conv_src,
+            conv_dst,
+            i_layer,
+            i_n,
+            start,
+            conv_chunk,
+            conv_elems,
+            conv_width,
+            conv_src_layer,
+            conv_src_row,
+            conv_src_step,
+            conv_src_dim,
+            conv_src_win,
+            conv_dst_layer,
+            conv_dst_slot,
+            conv_rows,
+            conv_steps,
+            conv_slots,
+        )
 
     if slot <= NULL_ID:
         return
@@ -302,13 +356,14 @@ def check_shapes(state, rawv, rawk, gate, beta) -> None:
     L, S, HV, V, K = state.shape
     H, RL = rawk.shape[2], rawv.shape[3]
     if K != SUPPORTED_K or V % BLOCK_V or HV % H:
-        raise NotCovered(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % {BLOCK_V} == 0, "
-                                    "HV a multiple of H)")
+        raise NotCovered(f"head dims K={K} V={V} HV={HV} H={H} (need K=128, V % {BLOCK_V} == 0, HV a multiple of H)")
     if str(state.dtype) != "torch.float32" or str(gate.dtype) != "torch.float32" or beta.dtype != gate.dtype:
         raise NotCovered(f"state/gate/beta dtypes {state.dtype}/{gate.dtype}/{beta.dtype}")
     if rawv.dtype != rawk.dtype or str(rawk.dtype) not in RING_DTYPES:
-        raise NotCovered(f"raw ring dtypes {rawv.dtype}/{rawk.dtype} (need one of "
-                                    f"{', '.join(d.removeprefix('torch.') for d in RING_DTYPES)}, the same for both)")
+        raise NotCovered(
+            f"raw ring dtypes {rawv.dtype}/{rawk.dtype} (need one of "
+            f"{', '.join(d.removeprefix('torch.') for d in RING_DTYPES)}, the same for both)"
+        )
     expect = {
         "state": (state, (HV * V * K, V * K, K, 1)),
         "rawv": (rawv, (HV * RL * V, RL * V, V, 1)),
@@ -338,7 +393,10 @@ def runtime_args(state, rawv, rawk, gate, beta) -> tuple:
         _units(rawk.stride(1), K, "rawk slot"),
         gate.stride(0),
         gate.stride(1),
-        HV, HV // H, V, RL,
+        HV,
+        HV // H,
+        V,
+        RL,
     )
 
 
@@ -357,8 +415,14 @@ def conv_args(state, conv_dst, conv_src) -> tuple:
 
 def fold_constexprs(has_track: bool, tree_numpy: bool, front: bool | None = None) -> dict:
     """The fold's constexprs, in the kernel's argument order (the launch passes them after the others)."""
-    return dict(K=SUPPORTED_K, BV=BLOCK_V, NULL_ID=-1, HAS_TRACK=has_track,
-                FRONT=lanes_from_front() if front is None else front, TREE_NUMPY=tree_numpy)
+    return dict(
+        K=SUPPORTED_K,
+        BV=BLOCK_V,
+        NULL_ID=-1,
+        HAS_TRACK=has_track,
+        FRONT=lanes_from_front() if front is None else front,
+        TREE_NUMPY=tree_numpy,
+    )
 
 
 def _as_int32(t):
@@ -401,18 +465,66 @@ def fold_all_layers(
     track_steps = _as_int32(track_steps) if has_track else accept_lens
     tree_numpy = _tree_numpy() if tree_numpy is None else tree_numpy
     gdn_replayssm_fold_kernel[fold_grid(state, B)](
-        state, rawv, rawk, src, dst, gate, beta, slots, accept_lens, track_slots, track_steps, *ints,
-        *conv_ints, **fold_constexprs(has_track, tree_numpy), num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        state,
+        rawv,
+        rawk,
+        src,
+        dst,
+        gate,
+        beta,
+        slots,
+        accept_lens,
+        track_slots,
+        track_steps,
+        *ints,
+        *conv_ints,
+        **fold_constexprs(has_track, tree_numpy),
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
     )
 
 
 def fold_signature(conv_dtype: str) -> dict:
     """The fold's non-constexpr arguments in order, as Triton types them (conv: "bf16", "fp16", "fp32"; the
     index vectors int32): the CUDA kernel's argument struct (`cuda_fold.FoldArgs`) has the same fields."""
-    ints = ("state_layer_tiles", "state_slot_tiles", "rawv_layer_rows", "rawv_slot_rows", "rawk_layer_rows",
-            "rawk_slot_rows", "gate_layer_stride", "gate_slot_stride", "HV", "GROUP", "V", "RL", "conv_elems",
-            "conv_width", "conv_chunk", "conv_src_layer", "conv_src_row", "conv_src_step", "conv_src_dim",
-            "conv_src_win", "conv_dst_layer", "conv_dst_slot", "conv_rows", "conv_steps", "conv_slots")
-    return {"state": "*fp32", "rawv": "*bf16", "rawk": "*bf16", "conv_src": f"*{conv_dtype}",
-            "conv_dst": f"*{conv_dtype}", "gate": "*fp32", "beta": "*fp32", "slots": "*i32", "accept_lens": "*i32",
-            "track_slots": "*i32", "track_steps": "*i32", **{name: "i32" for name in ints}}
+    ints = (
+        "state_layer_tiles",
+        "state_slot_tiles",
+        "rawv_layer_rows",
+        "rawv_slot_rows",
+        "rawk_layer_rows",
+        "rawk_slot_rows",
+        "gate_layer_stride",
+        "gate_slot_stride",
+        "HV",
+        "GROUP",
+        "V",
+        "RL",
+        "conv_elems",
+        "conv_width",
+        "conv_chunk",
+        "conv_src_layer",
+        "conv_src_row",
+        "conv_src_step",
+        "conv_src_dim",
+        "conv_src_win",
+        "conv_dst_layer",
+        "conv_dst_slot",
+        "conv_rows",
+        "conv_steps",
+        "conv_slots",
+    )
+    return {
+        "state": "*fp32",
+        "rawv": "*bf16",
+        "rawk": "*bf16",
+        "conv_src": f"*{conv_dtype}",
+        "conv_dst": f"*{conv_dtype}",
+        "gate": "*fp32",
+        "beta": "*fp32",
+        "slots": "*i32",
+        "accept_lens": "*i32",
+        "track_slots": "*i32",
+        "track_steps": "*i32",
+        **{name: "i32" for name in ints},
+    }

@@ -86,13 +86,15 @@ class ArtifactSet:
         self.manifest = manifest
 
     @classmethod
-    def open(cls, folder: str | os.PathLike | None = None, arch: int | None = None) -> "ArtifactSet":
+    def open(cls, folder: str | os.PathLike | None = None, arch: int | None = None) -> ArtifactSet:
         """The folder (`artifact_dir(folder)`) checked against sm_`arch` (default: the visible GPU's)."""
         folder = artifact_dir(folder)
         manifest, problems = check(folder, arch if arch is not None else gpu_arch())
         if problems:
-            raise NotCovered(f"the prebuilt kernel in {folder} is refused: " + "; ".join(problems),
-                             f"SGLang's fold commits meanwhile; {_REBUILD}, or point {ENV_DIR} at a matching folder")
+            raise NotCovered(
+                f"the prebuilt kernel in {folder} is refused: " + "; ".join(problems),
+                f"SGLang's fold commits meanwhile; {_REBUILD}, or point {ENV_DIR} at a matching folder",
+            )
         return cls(folder, manifest)
 
     def cuda_kernels(self):

@@ -40,7 +40,7 @@ def _candidates() -> list[str]:
 def library() -> ctypes.CDLL:
     """libnvrtc: $RSO_NVRTC, else the first one on sys.path (pip's nvidia packages), else /usr/local/cuda."""
     explicit = os.environ.get(ENV_LIB)
-    for path in ([explicit] if explicit else _candidates()):
+    for path in [explicit] if explicit else _candidates():
         try:  # its builtins library first: NVRTC opens it by name, which the loader may not find beside it
             for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
                 if ".alt." not in builtins:
@@ -48,8 +48,10 @@ def library() -> ctypes.CDLL:
             return ctypes.CDLL(path)
         except OSError:
             continue
-    raise NvrtcMissing("no NVRTC library (libnvrtc.so) found",
-                       f"pip install nvidia-cuda-nvrtc (the CUDA major of this torch), or set {ENV_LIB} to its path")
+    raise NvrtcMissing(
+        "no NVRTC library (libnvrtc.so) found",
+        f"pip install nvidia-cuda-nvrtc (the CUDA major of this torch), or set {ENV_LIB} to its path",
+    )
 
 
 def version(lib: ctypes.CDLL | None = None) -> str:

@@ -97,9 +97,7 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
         "files": [
             {
                 "relpath": f.relpath,
-                "action": (
-                    ("would patch" if dry_run else "patched") if f.relpath in patched else "already patched"
-                ),
+                "action": (("would patch" if dry_run else "patched") if f.relpath in patched else "already patched"),
                 "sha256_before": manifest["files"][f.relpath]["sha256_before"],
                 "sha256_after": manifest["files"][f.relpath]["sha256_after"],
             }
@@ -111,7 +109,9 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
     if patched or not record_current:  # what the writes below need, checked by a dry run too
         blocked = store.unwritable_folders(
             [store.pristine_copy_path(tree.sglang_dir, f.relpath) for f in tree.files]
-            + [by_path[rel].path for rel in patched] + [store.manifest_path(tree.sglang_dir)])
+            + [by_path[rel].path for rel in patched]
+            + [store.manifest_path(tree.sglang_dir)]
+        )
         if blocked:
             raise messages.unwritable("patch", tree.sglang_dir, blocked)
     result["changed"] = not dry_run and not (record_current and not patched)
@@ -123,21 +123,27 @@ def _apply(sglang_dir, allow_unverified, dry_run, kernels) -> dict:
         return result
 
     steps = [
-        writes.Step(f"the saved pristine copy of {f.relpath}", store.pristine_copy_path(tree.sglang_dir, f.relpath),
-                    f.base)
+        writes.Step(
+            f"the saved pristine copy of {f.relpath}", store.pristine_copy_path(tree.sglang_dir, f.relpath), f.base
+        )
         for f in tree.files
     ] + [  # the cached bytecode of each file the patch replaces (write_module deletes it), for revert
-        writes.Step(f"the saved bytecode {cached.name}", store.saved_bytecode_path(tree.sglang_dir, rel, cached.name),
-                    cached.read_bytes())
-        for rel in patched if by_path[rel].state == PRISTINE for cached in store.cached_bytecode(by_path[rel].path)
+        writes.Step(
+            f"the saved bytecode {cached.name}",
+            store.saved_bytecode_path(tree.sglang_dir, rel, cached.name),
+            cached.read_bytes(),
+        )
+        for rel in patched
+        if by_path[rel].state == PRISTINE
+        for cached in store.cached_bytecode(by_path[rel].path)
     ]
-    modules = [
-        writes.Step(rel, by_path[rel].path, patched[rel], module=True) for rel in writes.apply_order(patched)
-    ]
+    modules = [writes.Step(rel, by_path[rel].path, patched[rel], module=True) for rel in writes.apply_order(patched)]
     # the manifest before the configurator's patch: a tree whose refusal is lifted always has its record
-    steps += modules[:-1] + [
-        writes.Step("the manifest", store.manifest_path(tree.sglang_dir), store.manifest_bytes(manifest))
-    ] + modules[-1:]
+    steps += (
+        modules[:-1]
+        + [writes.Step("the manifest", store.manifest_path(tree.sglang_dir), store.manifest_bytes(manifest))]
+        + modules[-1:]
+    )
     late_signal = writes.run(
         "apply", steps, sglang_dir=tree.sglang_dir, created_record=not store.state_dir(tree.sglang_dir).exists()
     )
@@ -234,13 +240,17 @@ def _revert(sglang_dir) -> dict:
         )
     steps = _restore_steps(tree, {f.relpath: (f, data) for f, data in restores})
     record = store.state_dir(tree.sglang_dir)
-    blocked = store.unwritable_folders([step.path for step in steps] + ([record / "manifest.json", record]
-                                                                        if record.exists() and not left else []))
+    blocked = store.unwritable_folders(
+        [step.path for step in steps] + ([record / "manifest.json", record] if record.exists() and not left else [])
+    )
     if blocked:
         raise messages.unwritable("revert", tree.sglang_dir, blocked)
     record_removed = []  # `then` runs after the last restore, with signals still held
     late_signal = writes.run(
-        "revert", steps, sglang_dir=tree.sglang_dir, created_record=False,
+        "revert",
+        steps,
+        sglang_dir=tree.sglang_dir,
+        created_record=False,
         then=None if left else lambda: record_removed.append(store.remove_state_dir(tree.sglang_dir)),
     )
     removed = any(record_removed)
@@ -253,9 +263,7 @@ def _revert(sglang_dir) -> dict:
         "removed_state_dir": removed,
         "leftovers_removed": leftovers,
         "state_dir": str(record),
-        "files": [
-            {"relpath": rel, "action": action, "source": source} for rel, (action, source) in actions.items()
-        ],
+        "files": [{"relpath": rel, "action": action, "source": source} for rel, (action, source) in actions.items()],
         "message": messages.reverted(len(restores), left, kept_record, late_signal, leftovers),
     }
 
@@ -268,10 +276,13 @@ def _restore_steps(tree, by_path: dict) -> list:
     steps = []
     for rel in writes.revert_order(by_path):
         path, mtime = by_path[rel][0].path, mtimes.get(rel)
-        steps.append(writes.Step(rel, path, by_path[rel][1], module=True,
-                                 mtime_ns=mtime if isinstance(mtime, int) else None))
-        steps += [writes.Step(f"the cached bytecode {name}", path.parent / "__pycache__" / name, data)
-                  for name, data in store.read_saved_bytecode(tree.sglang_dir, rel).items()]
+        steps.append(
+            writes.Step(rel, path, by_path[rel][1], module=True, mtime_ns=mtime if isinstance(mtime, int) else None)
+        )
+        steps += [
+            writes.Step(f"the cached bytecode {name}", path.parent / "__pycache__" / name, data)
+            for name, data in store.read_saved_bytecode(tree.sglang_dir, rel).items()
+        ]
     return steps
 
 

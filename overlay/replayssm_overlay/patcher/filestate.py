@@ -79,16 +79,12 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
             releases=releases,
             recoverable=bool(releases),
             data=data,
-            detail=(
-                f"pristine SGLang {_one_release(releases)}" if releases else "matches no known SGLang release"
-            ),
+            detail=(f"pristine SGLang {_one_release(releases)}" if releases else "matches no known SGLang release"),
         )
     base_sha = sha256_bytes(unpatch_source(data))
     releases = frozenset(releases_with(relpath, base_sha))
     recorded = ((manifest or {}).get("files") or {}).get(relpath) or {}
-    unverified = (
-        not releases and recorded.get("sha256_before") == base_sha and bool(recorded.get("unverified"))
-    )
+    unverified = not releases and recorded.get("sha256_before") == base_sha and bool(recorded.get("unverified"))
     state = FileState(
         relpath,
         path,
@@ -100,8 +96,7 @@ def classify(sglang_dir: pathlib.Path, relpath: str, manifest) -> FileState:
         recoverable=bool(releases) or unverified,
         data=data,
         detail=(
-            "carries replayssm-overlay lines, but without them it matches no known release "
-            "and no manifest recorded it"
+            "carries replayssm-overlay lines, but without them it matches no known release and no manifest recorded it"
         ),
     )
     if not state.recoverable:

@@ -152,9 +152,7 @@ def _body_start(tree, lines, class_name, method_name):
     method = _method(tree, class_name, method_name)
     body = method.body[1:] if _is_docstring(method.body[0]) else method.body
     if not body:
-        raise HookPointError(
-            f"{class_name}.{method_name}: the method has no statement to insert the hook before"
-        )
+        raise HookPointError(f"{class_name}.{method_name}: the method has no statement to insert the hook before")
     first = body[0]
     indent = _own_line_indent(lines, first, f"the first statement of {class_name}.{method_name}")
     def_indent = _own_line_indent(lines, method, f"def {method_name}")
@@ -229,17 +227,13 @@ def _raises_kda_only_error(node: ast.If) -> bool:
     exc = node.body[0].exc
     if not isinstance(exc, ast.Call):
         return False
-    text = " ".join(
-        c.value for c in ast.walk(exc) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-    )
+    text = " ".join(c.value for c in ast.walk(exc) if isinstance(c, ast.Constant) and isinstance(c.value, str))
     return any(word in text for word in KDA_ERROR_WORDS)
 
 
 def _signature(args: ast.arguments) -> str:
     """The parameter names as written (`self, *, batch, ...`), annotations and defaults left out."""
-    parts = (
-        [a.arg for a in args.posonlyargs] + (["/"] if args.posonlyargs else []) + [a.arg for a in args.args]
-    )
+    parts = [a.arg for a in args.posonlyargs] + (["/"] if args.posonlyargs else []) + [a.arg for a in args.args]
     if args.vararg:
         parts.append("*" + args.vararg.arg)
     elif args.kwonlyargs:
@@ -251,11 +245,7 @@ def _signature(args: ast.arguments) -> str:
 
 
 def _is_docstring(stmt) -> bool:
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
-    )
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 def _first_line(stmt) -> int:
@@ -268,9 +258,7 @@ def _own_line_indent(lines: list, stmt, what: str) -> bytes:
     lineno = _first_line(stmt)
     line = lines[lineno - 1]
     indent = line[: len(line) - len(line.lstrip(b" \t"))]
-    starts_here = (
-        line[len(indent) :].startswith(b"@") if lineno != stmt.lineno else stmt.col_offset == len(indent)
-    )
+    starts_here = line[len(indent) :].startswith(b"@") if lineno != stmt.lineno else stmt.col_offset == len(indent)
     if not starts_here:
         raise HookPointError(f"{what} does not start its own line")
     return indent

@@ -29,9 +29,7 @@ class Tree:
         self.declared = declared_version(self.sglang_dir)
         known = [f.releases for f in self.files if f.releases]
         common = frozenset.intersection(*known) if known else frozenset()
-        self.release = (
-            self.declared if self.declared in common else max(common, key=version_key) if common else None
-        )
+        self.release = self.declared if self.declared in common else max(common, key=version_key) if common else None
         # the files the hooks rely on besides the three patched ones, where they differ from the release's
         self.fingerprint = fingerprint.mismatches(self.sglang_dir, self.release) if self.release else []
 
@@ -47,8 +45,7 @@ class Tree:
         unverified = self.unverified_files()
         if unverified:
             label += (
-                f", UNVERIFIED: {', '.join(unverified)} (matches no known release; "
-                "accepted with --allow-unverified)"
+                f", UNVERIFIED: {', '.join(unverified)} (matches no known release; accepted with --allow-unverified)"
             )
         if self.fingerprint:
             label += (
@@ -59,8 +56,10 @@ class Tree:
 
     def new_manifest(self, patched: dict, kernels) -> dict:
         files = {f.relpath: manifest_entry(f, patched.get(f.relpath, f.data)) for f in self.files}
-        mtimes = {**(self.manifest or {}).get("source_mtime_ns", {}),
-                  **{f.relpath: f.path.stat().st_mtime_ns for f in self.files if f.relpath in patched}}
+        mtimes = {
+            **(self.manifest or {}).get("source_mtime_ns", {}),
+            **{f.relpath: f.path.stat().st_mtime_ns for f in self.files if f.relpath in patched},
+        }
         return {
             "schema": store.MANIFEST_SCHEMA,
             "tool": "replayssm-overlay",
@@ -78,8 +77,7 @@ class Tree:
 
     def manifest_matches(self, manifest: dict) -> bool:
         return self.manifest is not None and all(
-            self.manifest.get(key) == manifest[key]
-            for key in ("release", "files", "unverified", "sglang_dir")
+            self.manifest.get(key) == manifest[key] for key in ("release", "files", "unverified", "sglang_dir")
         )
 
     def pristine_copies_match(self) -> bool:

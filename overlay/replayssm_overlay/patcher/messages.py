@@ -57,8 +57,10 @@ def unsupported(sglang_dir, tree, per_file: list) -> OverlayError:
     return OverlayError(
         f"{name} is not supported; supported: {SUPPORTED}. Its files match none of those releases, so "
         f"no file of {sglang_dir} was changed",
-        fix + "; a release the overlay does not know needs its own entry in patcher/releases.py. "
-        + ALLOW_UNVERIFIED + ". -v or --json shows each file's sha256 and the release the tree looks most like",
+        fix
+        + "; a release the overlay does not know needs its own entry in patcher/releases.py. "
+        + ALLOW_UNVERIFIED
+        + ". -v or --json shows each file's sha256 and the release the tree looks most like",
         detail=per_file + [likeness(tree)],
     )
 
@@ -94,13 +96,10 @@ def unknown(f, declared, likely=None) -> str:
 
 
 def changed_since_patched(f) -> str:
-    return (
-        f"{f.relpath}: {f.detail}. "
-        + (
-            "Run `replayssm-overlay revert` first, then apply"
-            if f.recoverable
-            else f"Reinstall SGLang's pristine file ({REINSTALL.format(release='<release>')}), then apply"
-        )
+    return f"{f.relpath}: {f.detail}. " + (
+        "Run `replayssm-overlay revert` first, then apply"
+        if f.recoverable
+        else f"Reinstall SGLang's pristine file ({REINSTALL.format(release='<release>')}), then apply"
     )
 
 
@@ -159,13 +158,19 @@ def partial(tree) -> dict | None:
         )
         + f". Repair: `{repair[0]}` finishes the patch, `{repair[1]}` restores the stock files"
     )
-    return {"patched": patched, "pristine": pristine, "lifts_refusal_without_commit": unsafe,
-            "repair": repair, "detail": text}
+    return {
+        "patched": patched,
+        "pristine": pristine,
+        "lifts_refusal_without_commit": unsafe,
+        "repair": repair,
+        "detail": text,
+    }
 
 
 def not_a_directory(path) -> OverlayError:
-    return OverlayError(f"{path} is not a directory",
-                        "pass the `sglang` package directory (the folder that holds srt/)")
+    return OverlayError(
+        f"{path} is not a directory", "pass the `sglang` package directory (the folder that holds srt/)"
+    )
 
 
 def apply_refusal(tree, refusals: list, note: str) -> OverlayError:
@@ -183,9 +188,12 @@ def apply_refusal(tree, refusals: list, note: str) -> OverlayError:
 def unwritable(verb: str, sglang_dir, folders: list) -> OverlayError:
     """The refusal of a run that could not write `folders` (checked before any write, dry runs included)."""
     return refusal(
-        verb, sglang_dir,
-        [f"{folder}: this user may not write there (its permissions, or a read-only file system)"
-         for folder in folders],
+        verb,
+        sglang_dir,
+        [
+            f"{folder}: this user may not write there (its permissions, or a read-only file system)"
+            for folder in folders
+        ],
         "run the command as a user who may write these folders (the owner of the installation, e.g. root), or on "
         "a writable copy of the installation",
     )
@@ -195,8 +203,12 @@ def revert_refusal_all_missing(tree) -> OverlayError:
     """No target file is a file: the folder is not SGLang, or not the one the overlay patched."""
     if all(f.detail == NO_FILE for f in tree.files):
         return not_sglang(tree.sglang_dir, tree.files, tree.declared)
-    return refusal("revert", tree.sglang_dir, [missing(f) for f in tree.files],
-                   "pass --sglang-dir with the `sglang` package directory the overlay patched")
+    return refusal(
+        "revert",
+        tree.sglang_dir,
+        [missing(f) for f in tree.files],
+        "pass --sglang-dir with the `sglang` package directory the overlay patched",
+    )
 
 
 def no_hook_point(f, err) -> str:

@@ -102,13 +102,12 @@ SUPPORTED_RELEASES = tuple(RELEASE_FILES)
 
 #: The circular-ring releases (their fingerprint holds the GDN ring kernel module), oldest first; the others
 #: keep 0.5.19's raw-window fold.
-RING_RELEASES = tuple(release for release, files in RELEASE_FILES.items()
-                      if any(relpath.endswith("/" + RING_MODULE) for relpath in files))
+RING_RELEASES = tuple(
+    release for release, files in RELEASE_FILES.items() if any(relpath.endswith("/" + RING_MODULE) for relpath in files)
+)
 
 #: release -> {target file: pristine sha256}: what identifies a release.
-RELEASES = {
-    release: {relpath: files[relpath] for relpath in TARGET_FILES} for release, files in RELEASE_FILES.items()
-}
+RELEASES = {release: {relpath: files[relpath] for relpath in TARGET_FILES} for release, files in RELEASE_FILES.items()}
 
 #: release -> {fingerprint file: pristine sha256}: what the hooks rely on besides the patched files.
 FINGERPRINTS = {

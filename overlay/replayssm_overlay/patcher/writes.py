@@ -99,9 +99,9 @@ def run(verb: str, steps: list, *, sglang_dir, created_record: bool, then=None) 
 
 def _failure(verb: str, err, undone: list, reached: int, total: int) -> OverlayError:
     clean = all(not line.startswith("COULD NOT") for line in undone)
-    back = (
-        "every file is as it was before the run" if clean else "NOT everything could be put back"
-    ) + (" (" + "; ".join(undone) + ")" if undone else "")
+    back = ("every file is as it was before the run" if clean else "NOT everything could be put back") + (
+        " (" + "; ".join(undone) + ")" if undone else ""
+    )
     if isinstance(err, Interrupted):
         return OverlayError(
             f"{verb} interrupted by {err.name} after write {reached} of {total}; rolled back: {back}",

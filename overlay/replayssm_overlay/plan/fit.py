@@ -41,20 +41,28 @@ def weights_bytes(path) -> int:
             return weights_bytes(indexes[0])
         files = sorted(path.glob("*.safetensors"))
         if not files:
-            raise PlanInputError(f"{path} holds no *.safetensors file and no *.safetensors.index.json",
-                                 "pass the model folder with its weights, its safetensors index, or --weights-gib")
+            raise PlanInputError(
+                f"{path} holds no *.safetensors file and no *.safetensors.index.json",
+                "pass the model folder with its weights, its safetensors index, or --weights-gib",
+            )
         return sum(file.stat().st_size for file in files)
     try:
         total = json.loads(path.read_text()).get("metadata", {}).get("total_size")
     except OSError as error:
-        raise PlanInputError(f"cannot read {path}: {error.strerror or error}",
-                             "pass the model folder, its safetensors index, or --weights-gib") from error
+        raise PlanInputError(
+            f"cannot read {path}: {error.strerror or error}",
+            "pass the model folder, its safetensors index, or --weights-gib",
+        ) from error
     except (ValueError, AttributeError) as error:
-        raise PlanInputError(f"{path} is not a safetensors index (JSON with metadata.total_size)",
-                             "pass the model folder, its *.safetensors.index.json, or --weights-gib") from error
+        raise PlanInputError(
+            f"{path} is not a safetensors index (JSON with metadata.total_size)",
+            "pass the model folder, its *.safetensors.index.json, or --weights-gib",
+        ) from error
     if not isinstance(total, int) or total <= 0:
-        raise PlanInputError(f"{path}: metadata.total_size is {total!r}, not a positive byte count",
-                             "pass the model folder, its *.safetensors.index.json, or --weights-gib")
+        raise PlanInputError(
+            f"{path}: metadata.total_size is {total!r}, not a positive byte count",
+            "pass the model folder, its *.safetensors.index.json, or --weights-gib",
+        )
     return total
 
 
@@ -90,8 +98,10 @@ class Budget:
         return self.mamba_bytes // request_bytes
 
     def describe(self) -> dict:
-        return {"gpu_memory_gib": round(self.gpu_memory_bytes / GIB, 3),
-                "weights_gib_per_gpu": round(self.weights_bytes_per_gpu / GIB, 3),
-                "mem_fraction_static": self.mem_fraction_static,
-                "mamba_full_memory_ratio": self.mamba_full_memory_ratio,
-                "mamba_pool_bytes": self.mamba_bytes}
+        return {
+            "gpu_memory_gib": round(self.gpu_memory_bytes / GIB, 3),
+            "weights_gib_per_gpu": round(self.weights_bytes_per_gpu / GIB, 3),
+            "mem_fraction_static": self.mem_fraction_static,
+            "mamba_full_memory_ratio": self.mamba_full_memory_ratio,
+            "mamba_pool_bytes": self.mamba_bytes,
+        }

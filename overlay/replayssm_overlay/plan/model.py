@@ -57,8 +57,7 @@ class GdnModel:
                 raise PlanInputError(
                     f"attention TP {attn_tp} does not divide the model's {field} ({heads}): SGLang's GDN "
                     f"ReplaySSM path needs whole heads per rank",
-                    f"use a TP (per DP group: --tp / --dp) that divides {heads}: "
-                    + ", ".join(map(str, divisors)),
+                    f"use a TP (per DP group: --tp / --dp) that divides {heads}: " + ", ".join(map(str, divisors)),
                 )
 
 
@@ -75,8 +74,10 @@ def load(path, stdin=None) -> GdnModel:
     try:
         config = json.loads(stdin.read() if str(path) == "-" else file.read_text())
     except OSError as error:
-        raise PlanInputError(f"cannot read the model's config.json {file}: {error.strerror or error}",
-                             "pass the model folder or its config.json (--model)") from error
+        raise PlanInputError(
+            f"cannot read the model's config.json {file}: {error.strerror or error}",
+            "pass the model folder or its config.json (--model)",
+        ) from error
     except ValueError as error:
         raise PlanInputError(f"{file} is not JSON: {error}", "pass the model's own config.json") from error
     if not isinstance(config, dict):
@@ -99,17 +100,24 @@ def from_config(config: dict, *, name: str, path: str) -> GdnModel:
     values = {field: _positive(text, prefix + field, path) for field in GEOMETRY_FIELDS}
     interval = text.get("full_attention_interval", FULL_ATTENTION_INTERVAL_DEFAULT)
     if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
-        raise PlanInputError(f"{path}: full_attention_interval must be a positive integer, got {interval!r}",
-                             "pass the model's own config.json")
+        raise PlanInputError(
+            f"{path}: full_attention_interval must be a positive integer, got {interval!r}",
+            "pass the model's own config.json",
+        )
     dtype = text.get("mamba_ssm_dtype", config.get("mamba_ssm_dtype"))
     if dtype is not None and dtype not in SSM_DTYPE_BYTES:
-        raise PlanInputError(f"{path}: mamba_ssm_dtype {dtype!r} is not one SGLang takes "
-                             f"({', '.join(SSM_DTYPE_BYTES)})", "pass --mamba-ssm-dtype")
-    model = GdnModel(name=name, path=path, model_type=model_type, full_attention_interval=interval,
-                     mamba_ssm_dtype=dtype, **values)
+        raise PlanInputError(
+            f"{path}: mamba_ssm_dtype {dtype!r} is not one SGLang takes ({', '.join(SSM_DTYPE_BYTES)})",
+            "pass --mamba-ssm-dtype",
+        )
+    model = GdnModel(
+        name=name, path=path, model_type=model_type, full_attention_interval=interval, mamba_ssm_dtype=dtype, **values
+    )
     if model.gdn_layers == 0:
-        raise PlanInputError(f"{path}: no GDN layer (full_attention_interval {interval} makes every layer "
-                             "full attention)", "pass the config.json of a hybrid GDN model")
+        raise PlanInputError(
+            f"{path}: no GDN layer (full_attention_interval {interval} makes every layer full attention)",
+            "pass the config.json of a hybrid GDN model",
+        )
     return model
 
 

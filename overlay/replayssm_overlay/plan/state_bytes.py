@@ -47,11 +47,17 @@ class Rank:
     ssm_bytes: int
 
     @classmethod
-    def of(cls, model: GdnModel, attn_tp: int, ssm_dtype: str) -> "Rank":
+    def of(cls, model: GdnModel, attn_tp: int, ssm_dtype: str) -> Rank:
         model.check_tp(attn_tp)
-        return cls(model.gdn_layers, model.linear_num_key_heads // attn_tp, model.linear_num_value_heads // attn_tp,
-                   model.linear_key_head_dim, model.linear_value_head_dim, model.linear_conv_kernel_dim,
-                   SSM_DTYPE_BYTES[ssm_dtype])
+        return cls(
+            model.gdn_layers,
+            model.linear_num_key_heads // attn_tp,
+            model.linear_num_value_heads // attn_tp,
+            model.linear_key_head_dim,
+            model.linear_value_head_dim,
+            model.linear_conv_kernel_dim,
+            SSM_DTYPE_BYTES[ssm_dtype],
+        )
 
     @property
     def conv_width(self) -> int:
@@ -77,8 +83,9 @@ def buffers(rank: Rank, *, release: str, window: int, ring_len: int, replayssm: 
     elif protocol(release) == FOLD:
         slot.update(_rows(rank, n, ("replayssm_rawv", "replayssm_rawk"), ("replayssm_g", "replayssm_beta")))
     else:
-        request.update(_rows(rank, ring_len, ("replayssm_d", "replayssm_k", "replayssm_rawv", "replayssm_rawk"),
-                             ("replayssm_g",)))
+        request.update(
+            _rows(rank, ring_len, ("replayssm_d", "replayssm_k", "replayssm_rawv", "replayssm_rawk"), ("replayssm_g",))
+        )
         request.update(RING_CURSOR_BYTES)
     return {"slot": slot, "request": request}
 

@@ -114,11 +114,16 @@ def sglang_status_flags(row):
     code 1 stands for."""
     flags = list(row.get("notes") or [])
     if row.get("reachable") is not False and not flags:
-        flags += [what for key, what in (("running", "its container does not run"),
-                                         ("healthy", "it does not answer /health with 200")) if not row.get(key)]
+        flags += [
+            what
+            for key, what in (
+                ("running", "its container does not run"),
+                ("healthy", "it does not answer /health with 200"),
+            )
+            if not row.get(key)
+        ]
     if row.get("routed") in ("no", "ill"):
-        flags.append("the router does not route to it" if row["routed"] == "no" else
-                     "the router lists it as unhealthy")
+        flags.append("the router does not route to it" if row["routed"] == "no" else "the router lists it as unhealthy")
     return flags
 
 
@@ -127,12 +132,20 @@ def sglang_status_verdict(rows, foreign=None):
     listed as "host: why"), and the workers the routers list that are not the inventory's (`foreign`, shown,
     not flagged: a router may serve other fleets too). Exit code 2, could not run, is the caller's."""
     flagged = [f"{row.get('host', '?')}: {flag}" for row in rows for flag in sglang_status_flags(row)]
-    lines = [f"* router {w['router']} also routes to {w['url']} ({'healthy' if w.get('is_healthy') else 'unhealthy'}): "
-             f"not ours, no node of the inventory has that URL" for w in foreign or []]
+    lines = [
+        f"* router {w['router']} also routes to {w['url']} ({'healthy' if w.get('is_healthy') else 'unhealthy'}): "
+        f"not ours, no node of the inventory has that URL"
+        for w in foreign or []
+    ]
     code = 1 if flagged else 0
-    lines.append(f"fleet-status: {code}, " + (f"{len(flagged)} thing(s) flagged on "
-                                               f"{', '.join(sorted({f.split(':', 1)[0] for f in flagged}))}"
-                                               if flagged else "every node serving and routed"))
+    lines.append(
+        f"fleet-status: {code}, "
+        + (
+            f"{len(flagged)} thing(s) flagged on {', '.join(sorted({f.split(':', 1)[0] for f in flagged}))}"
+            if flagged
+            else "every node serving and routed"
+        )
+    )
     return {"exit_code": code, "flagged": flagged, "foreign_workers": list(foreign or []), "text": "\n".join(lines)}
 
 
@@ -142,9 +155,12 @@ def sglang_foreign_workers(listings, ours, our_addresses):
     inventory nodes this run did not select, whose exact worker URL it does not know)."""
     ours = {str(u).rstrip("/") for u in ours}
     addresses = {str(a) for a in our_addresses}
-    return [{"router": router, "url": w["url"], "is_healthy": bool(w.get("is_healthy"))}
-            for router, workers in sorted((listings or {}).items()) for w in workers or []
-            if w["url"].rstrip("/") not in ours and urlsplit(w["url"]).hostname not in addresses]
+    return [
+        {"router": router, "url": w["url"], "is_healthy": bool(w.get("is_healthy"))}
+        for router, workers in sorted((listings or {}).items())
+        for w in workers or []
+        if w["url"].rstrip("/") not in ours and urlsplit(w["url"]).hostname not in addresses
+    ]
 
 
 WATCH_FORMAT = "%-16s %-16s %-17s %-24s %-9s %s"

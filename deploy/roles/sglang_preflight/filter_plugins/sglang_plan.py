@@ -37,15 +37,30 @@ def sglang_plan_setup(flags, algorithm, tp_size, release):
     if algorithm not in ("DFLASH", "DSPARK") or "enable-linear-replayssm-spec" not in flags:
         return {"skip": "no DFLASH/DSPARK with --enable-linear-replayssm-spec", "args": [], "fit": False}
     if not release:
-        return {"skip": "SGLang release unknown: set sglang_preflight_plan_release (or load the image on the node)",
-                "args": [], "fit": False}
+        return {
+            "skip": "SGLang release unknown: set sglang_preflight_plan_release (or load the image on the node)",
+            "args": [],
+            "fit": False,
+        }
     window = _window(flags, algorithm)
     if window is None:
         return {"skip": "no verify window in sglang_flags (speculative-num-draft-tokens)", "args": [], "fit": False}
     tp = int(tp_size)
     dp = int(flags.get("dp-size", flags.get("dp", 1))) if flags.get("enable-dp-attention") else 1
-    args = ["--release", str(release), "--tp", str(tp), "--dp", str(dp), "--algorithm", algorithm,
-            "--window", str(window), "--ring-len", str(flags.get("linear-replayssm-cache-len", 16))]
+    args = [
+        "--release",
+        str(release),
+        "--tp",
+        str(tp),
+        "--dp",
+        str(dp),
+        "--algorithm",
+        algorithm,
+        "--window",
+        str(window),
+        "--ring-len",
+        str(flags.get("linear-replayssm-cache-len", 16)),
+    ]
     for name in PASSED_THROUGH:
         if name in flags:
             args += [f"--{name}", str(flags[name])]
@@ -53,8 +68,12 @@ def sglang_plan_setup(flags, algorithm, tp_size, release):
         args.append("--disable-radix-cache")
     fit = "max-running-requests" in flags and "mem-fraction-static" in flags
     if fit:
-        args += ["--max-running-requests", str(flags["max-running-requests"]),
-                 "--mem-fraction-static", str(flags["mem-fraction-static"])]
+        args += [
+            "--max-running-requests",
+            str(flags["max-running-requests"]),
+            "--mem-fraction-static",
+            str(flags["mem-fraction-static"]),
+        ]
     return {"skip": "", "args": args, "fit": fit}
 
 
@@ -82,9 +101,18 @@ def sglang_plan_table(rows):
             continue
         fit = plan.get("fit") or {}
         per, rate = plan["per_request_bytes"], plan["requests_per_gb"]
-        lines.append((row["group"], row["model"], str(plan["tp"]), str(plan["window"]), str(plan["ring_len"]),
-                      f"{per['off'] / 1e6:.1f}/{per['on'] / 1e6:.1f}", f"{rate['off']:.2f}/{rate['on']:.2f}",
-                      f"{fit['requests']['on']}/{fit['max_running_requests']}" if fit.get("requests") else "-"))
+        lines.append(
+            (
+                row["group"],
+                row["model"],
+                str(plan["tp"]),
+                str(plan["window"]),
+                str(plan["ring_len"]),
+                f"{per['off'] / 1e6:.1f}/{per['on'] / 1e6:.1f}",
+                f"{rate['off']:.2f}/{rate['on']:.2f}",
+                f"{fit['requests']['on']}/{fit['max_running_requests']}" if fit.get("requests") else "-",
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in lines]
 

@@ -54,11 +54,15 @@ def sglang_first_batch_problems(serial, hosts, groups, play_group):
     if len(hosts) > 1 and set(first) >= set(hosts):
         return [f"the first batch of SERIAL={shown} is every node of the play ({len(hosts)}: {', '.join(hosts)})"]
     members = set(groups.get(play_group) or [])
-    return [f"the first batch of SERIAL={shown} ({', '.join(first)}) is every node of the service group "
-            f"{group} ({', '.join(group_hosts)})"
-            for group, group_hosts in sorted(groups.items())
-            if group not in ("all", "ungrouped", play_group) and len(group_hosts) > 1
-            and set(group_hosts) <= members and set(group_hosts) <= set(first)]
+    return [
+        f"the first batch of SERIAL={shown} ({', '.join(first)}) is every node of the service group "
+        f"{group} ({', '.join(group_hosts)})"
+        for group, group_hosts in sorted(groups.items())
+        if group not in ("all", "ungrouped", play_group)
+        and len(group_hosts) > 1
+        and set(group_hosts) <= members
+        and set(group_hosts) <= set(first)
+    ]
 
 
 def sglang_router_floor_problems(batches, nodes, listings, numbered=True):
@@ -89,7 +93,8 @@ def sglang_router_floor_problems(batches, nodes, listings, numbered=True):
                     f"{name} ({len(batch)} node(s): {', '.join(batch)}) would take {len(leaving)} of the "
                     f"{len(healthy)} healthy workers of the router at {router} out at once, leaving {left}, below "
                     f"its floor sglang_router_min_healthy={floor}"
-                    + (f" (the router lists {', '.join(ill)} as unhealthy)" if ill else ""))
+                    + (f" (the router lists {', '.join(ill)} as unhealthy)" if ill else "")
+                )
     return problems
 
 

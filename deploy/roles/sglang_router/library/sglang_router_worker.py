@@ -105,8 +105,9 @@ class Router:
 
     def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
+        req = urllib.request.Request(
+            self.base + path, data=data, method=method, headers={"Content-Type": "application/json"} if data else {}
+        )
         timeout = max(1.0, min(REQUEST_TIMEOUT_S, self.deadline - time.monotonic()))
         try:
             with urllib.request.urlopen(req, timeout=timeout) as reply:
@@ -115,8 +116,10 @@ class Router:
             status, raw = exc.code, exc.read()
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise RouterError(f"the router at {self.base} does not answer {method} {path} ({reason}); check "
-                              f"sglang_router_url and that the router runs and is reachable from the controller")
+            raise RouterError(
+                f"the router at {self.base} does not answer {method} {path} ({reason}); check "
+                f"sglang_router_url and that the router runs and is reachable from the controller"
+            ) from exc
         try:
             return status, json.loads(raw or b"null")
         except ValueError:
@@ -125,21 +128,33 @@ class Router:
     def workers(self) -> list[dict]:
         status, body = self._request("GET", "/workers")
         if status != 200 or not isinstance(body, dict) or not isinstance(body.get("workers"), list):
-            raise RouterError(f"{self.base} answered GET /workers with HTTP {status} ({str(body)[:200]}), not "
-                              f"sglang-router's worker list; sglang_router_url must be the router's base URL "
-                              f"(scheme, host and port, no path), e.g. http://router:30000")
+            raise RouterError(
+                f"{self.base} answered GET /workers with HTTP {status} ({str(body)[:200]}), not "
+                f"sglang-router's worker list; sglang_router_url must be the router's base URL "
+                f"(scheme, host and port, no path), e.g. http://router:30000"
+            )
         self._tell_kind(router_kind(body["workers"]))
-        return [{"url": _norm(str(w.get("url", ""))), "id": w.get("id"), "is_healthy": bool(w.get("is_healthy")),
-                 "load": w.get("load"), "status": w.get("status"), "priority": w.get("priority")}
-                for w in body["workers"]]
+        return [
+            {
+                "url": _norm(str(w.get("url", ""))),
+                "id": w.get("id"),
+                "is_healthy": bool(w.get("is_healthy")),
+                "load": w.get("load"),
+                "status": w.get("status"),
+                "priority": w.get("priority"),
+            }
+            for w in body["workers"]
+        ]
 
     def _tell_kind(self, kind: str | None) -> None:
         if kind is None:
             return
         if self.expected not in ("auto", kind):
-            raise RouterError(f"the router at {self.base} answers as {kind}, not as "
-                              f"sglang_router_kind={self.expected}; set sglang_router_kind to {kind} (or auto), "
-                              f"or point sglang_router_url at the {self.expected} router")
+            raise RouterError(
+                f"the router at {self.base} answers as {kind}, not as "
+                f"sglang_router_kind={self.expected}; set sglang_router_kind to {kind} (or auto), "
+                f"or point sglang_router_url at the {self.expected} router"
+            )
         self.kind = kind
 
     def find(self, worker_url: str) -> dict | None:
@@ -148,14 +163,18 @@ class Router:
     def remove(self, worker: dict) -> None:
         status, body = self._request("DELETE", f"/workers/{worker['id']}")
         if status not in (200, 202, 204, 404):
-            raise RouterError(f"the router at {self.base} refused to remove {worker['url']}: DELETE "
-                              f"/workers/{worker['id']} answered HTTP {status} ({str(body)[:200]})")
+            raise RouterError(
+                f"the router at {self.base} refused to remove {worker['url']}: DELETE "
+                f"/workers/{worker['id']} answered HTTP {status} ({str(body)[:200]})"
+            )
 
     def add(self, worker_url: str) -> str | None:
         status, body = self._request("POST", "/workers", {"url": _norm(worker_url)})
         if status not in (200, 201, 202):
-            raise RouterError(f"the router at {self.base} refused to add {worker_url}: POST /workers answered "
-                              f"HTTP {status} ({str(body)[:200]})")
+            raise RouterError(
+                f"the router at {self.base} refused to add {worker_url}: POST /workers answered "
+                f"HTTP {status} ({str(body)[:200]})"
+            )
         return body.get("worker_id") if isinstance(body, dict) else None
 
     def job(self, worker_id: str | None) -> str:
@@ -202,35 +221,49 @@ def run(params: dict) -> dict:
         changed = True
         ok, entry = _wait(router, worker_url, _out, params["poll_interval"])
         if not ok:
-            raise RouterError(f"the router at {router.base} still lists {worker_url} {params['timeout']:.0f} s after "
-                              f"DELETE /workers/{entry['id']}; {router.job(entry['id'])}")
+            raise RouterError(
+                f"the router at {router.base} still lists {worker_url} {params['timeout']:.0f} s after "
+                f"DELETE /workers/{entry['id']}; {router.job(entry['id'])}"
+            )
     elif state == "present" and not (entry and entry["is_healthy"]):
         if entry and entry.get("status") == DRAINING:  # smg removes it once settled; an add before is refused
             ok, entry = _wait(router, worker_url, lambda e: e is None, params["poll_interval"])
             if not ok:
-                raise RouterError(f"the router at {router.base} still lists {worker_url} as draining "
-                                  f"{params['timeout']:.0f} s after it was asked to add it back")
+                raise RouterError(
+                    f"the router at {router.base} still lists {worker_url} as draining "
+                    f"{params['timeout']:.0f} s after it was asked to add it back"
+                )
         worker_id = entry["id"] if entry else router.add(worker_url)
         changed = entry is None
         ok, entry = _wait(router, worker_url, lambda e: bool(e and e["is_healthy"]), params["poll_interval"])
         if not ok:
             shown = "lists it as unhealthy" if entry else "does not list it"
-            raise RouterError(f"the router at {router.base} {shown} {params['timeout']:.0f} s after it was asked to "
-                              f"add {worker_url}; {router.job(worker_id)}")
+            raise RouterError(
+                f"the router at {router.base} {shown} {params['timeout']:.0f} s after it was asked to "
+                f"add {worker_url}; {router.job(worker_id)}"
+            )
     workers = router.workers()
-    return {"changed": changed, "worker": entry, "workers": workers, "kind": router.kind,
-            "waited_s": round(time.monotonic() - start, 1)}
+    return {
+        "changed": changed,
+        "worker": entry,
+        "workers": workers,
+        "kind": router.kind,
+        "waited_s": round(time.monotonic() - start, 1),
+    }
 
 
 def main():
-    module = AnsibleModule(argument_spec={
-        "router_url": {"type": "str", "required": True},
-        "worker_url": {"type": "str", "default": ""},
-        "state": {"type": "str", "default": "listed", "choices": ["listed", "absent", "present"]},
-        "timeout": {"type": "float", "default": 60.0},
-        "poll_interval": {"type": "float", "default": 1.0},
-        "kind": {"type": "str", "default": "auto", "choices": ["auto", *ROUTER_KINDS]},
-    }, supports_check_mode=False)
+    module = AnsibleModule(
+        argument_spec={
+            "router_url": {"type": "str", "required": True},
+            "worker_url": {"type": "str", "default": ""},
+            "state": {"type": "str", "default": "listed", "choices": ["listed", "absent", "present"]},
+            "timeout": {"type": "float", "default": 60.0},
+            "poll_interval": {"type": "float", "default": 1.0},
+            "kind": {"type": "str", "default": "auto", "choices": ["auto", *ROUTER_KINDS]},
+        },
+        supports_check_mode=False,
+    )
     try:
         module.exit_json(**run(module.params))
     except RouterError as exc:

@@ -85,8 +85,11 @@ def in_flight(base_url: str, timeout: float) -> tuple[int, str, str]:
 def _in_flight(base_url: str, timeout: float) -> tuple[int, str, str]:
     status, body = _get(base_url + "/v1/loads", timeout)
     if status == 200 and isinstance(body, dict) and isinstance(body.get("loads"), list):
-        return sum(int(r.get("num_running_reqs", 0)) + int(r.get("num_waiting_reqs", 0))
-                   for r in body["loads"]), "/v1/loads", ""
+        return (
+            sum(int(r.get("num_running_reqs", 0)) + int(r.get("num_waiting_reqs", 0)) for r in body["loads"]),
+            "/v1/loads",
+            "",
+        )
     if status == 404:
         status, body = _get(base_url + "/get_load", timeout)
         if status == 200 and isinstance(body, list):
@@ -96,11 +99,14 @@ def _in_flight(base_url: str, timeout: float) -> tuple[int, str, str]:
 
 
 def main():
-    module = AnsibleModule(argument_spec={
-        "base_url": {"type": "str", "required": True},
-        "timeout": {"type": "float", "default": 300.0},
-        "poll_interval": {"type": "float", "default": 1.0},
-    }, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "base_url": {"type": "str", "required": True},
+            "timeout": {"type": "float", "default": 300.0},
+            "poll_interval": {"type": "float", "default": 1.0},
+        },
+        supports_check_mode=True,
+    )
     params = module.params
     base = params["base_url"].rstrip("/")
     start = time.monotonic()
@@ -112,8 +118,14 @@ def main():
             break
         # the last poll comes at the deadline, not one interval before it
         time.sleep(min(params["poll_interval"], left))
-    module.exit_json(changed=False, drained=count == 0, in_flight=count, endpoint=endpoint, error=error,
-                     waited_s=round(time.monotonic() - start, 1))
+    module.exit_json(
+        changed=False,
+        drained=count == 0,
+        in_flight=count,
+        endpoint=endpoint,
+        error=error,
+        waited_s=round(time.monotonic() - start, 1),
+    )
 
 
 if __name__ == "__main__":

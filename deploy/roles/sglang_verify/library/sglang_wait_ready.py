@@ -28,7 +28,8 @@ module: sglang_wait_ready
 short_description: Wait for an SGLang server's health endpoints, failing fast when its container exits
 description:
   - Polls each URL in I(urls) in order until it answers HTTP 200, for at most I(retries) x I(delay) seconds.
-  - Between polls it inspects I(container) and fails at once, with its exit code and last log lines, when it is not running.
+  - Between polls it inspects I(container) and fails at once, with its exit code and last log lines, when it is not
+    running.
 options:
   urls: {description: URLs to wait for, in order, type: list, elements: str, required: true}
   timeout: {description: Seconds one request may take (at most what is left of the budget), type: int, default: 10}
@@ -68,7 +69,7 @@ def _socket_identity(docker_host):
     if not docker_host.startswith("unix://"):
         return None
     try:
-        st = os.stat(docker_host[len("unix://"):])
+        st = os.stat(docker_host[len("unix://") :])
     except OSError:
         return None
     return st.st_ino, st.st_ctime_ns
@@ -76,16 +77,28 @@ def _socket_identity(docker_host):
 
 def _container_state(module):
     """The container's State, or None when it is not found; fails the module when the daemon does not answer."""
-    rc, out, err = _docker(module, "inspect", "--type", "container", "--format",
-                           '{{json .State}}\t{{.RestartCount}}\t{{.Created}}\t{{.Id}}', module.params["container"])
+    rc, out, err = _docker(
+        module,
+        "inspect",
+        "--type",
+        "container",
+        "--format",
+        "{{json .State}}\t{{.RestartCount}}\t{{.Created}}\t{{.Id}}",
+        module.params["container"],
+    )
     if rc == 0:
         state, restarts, created, container_id = out.strip().rsplit("\t", 3)
         return {**json.loads(state), "RestartCount": int(restarts), "Created": created, "Id": container_id}
     if "no such" in err.lower():
         return None
-    module.fail_json(msg=f"the Docker daemon at {module.params['docker_host']} does not answer while waiting for "
-                         f"{module.params['container']}: {err.strip() or out.strip()}", healthy=False, exited=False,
-                     daemon_down=True, waited_s=0.0)
+    module.fail_json(
+        msg=f"the Docker daemon at {module.params['docker_host']} does not answer while waiting for "
+        f"{module.params['container']}: {err.strip() or out.strip()}",
+        healthy=False,
+        exited=False,
+        daemon_down=True,
+        waited_s=0.0,
+    )
 
 
 def _last_exit_code(module, state):
@@ -93,9 +106,20 @@ def _last_exit_code(module, state):
     reads 0 (the daemon resets it on every start), so the record is the daemon's `die` events since the
     container was created; State.ExitCode is the answer when there are none (or the CLI has no events)."""
     if state.get("Running") or state.get("Restarting"):
-        rc, out, _ = _docker(module, "events", "--since", state["Created"], "--until", f"{time.time():.3f}",
-                             "--filter", f"container={state['Id']}", "--filter", "event=die",
-                             "--format", "{{.Actor.Attributes.exitCode}}")
+        rc, out, _ = _docker(
+            module,
+            "events",
+            "--since",
+            state["Created"],
+            "--until",
+            f"{time.time():.3f}",
+            "--filter",
+            f"container={state['Id']}",
+            "--filter",
+            "event=die",
+            "--format",
+            "{{.Actor.Attributes.exitCode}}",
+        )
         codes = [line.strip() for line in out.splitlines() if line.strip().lstrip("-").isdigit()] if rc == 0 else []
         if codes:
             return int(codes[-1])
@@ -115,9 +139,17 @@ def _status(url, timeout):
 def _stopped_how(module, state, first_started, socket_at_start):
     """Why the container is not (or no longer the same) running container, in words; None while it is."""
     restarted_daemon = socket_at_start is not None and _socket_identity(module.params["docker_host"]) not in (
-        None, socket_at_start)
-    daemon_note = (f" (the Docker daemon at {module.params['docker_host']} restarted during the wait: its socket was "
-                   f"re-created; a daemon stopping stops its containers)") if restarted_daemon else ""
+        None,
+        socket_at_start,
+    )
+    daemon_note = (
+        (
+            f" (the Docker daemon at {module.params['docker_host']} restarted during the wait: its socket was "
+            f"re-created; a daemon stopping stops its containers)"
+        )
+        if restarted_daemon
+        else ""
+    )
     if state is None:
         return "does not exist" + daemon_note, -1
     if state.get("Paused"):
@@ -131,23 +163,28 @@ def _stopped_how(module, state, first_started, socket_at_start):
     if state.get("Running") or state.get("Restarting"):
         return f"was restarted after exiting with code {exit_code}{daemon_note}", exit_code
     if exit_code == 0:
-        return (f"was stopped (exit code 0: SGLang exits 0 after a SIGTERM, from `docker stop` or a Docker daemon "
-                f"that stops){daemon_note}"), exit_code
+        return (
+            f"was stopped (exit code 0: SGLang exits 0 after a SIGTERM, from `docker stop` or a Docker daemon "
+            f"that stops){daemon_note}"
+        ), exit_code
     return f"exited with code {exit_code}{daemon_note}", exit_code
 
 
 def main():
-    module = AnsibleModule(argument_spec={
-        "urls": {"type": "list", "elements": "str", "required": True},
-        "timeout": {"type": "int", "default": 10},
-        "retries": {"type": "int", "default": 60},
-        "delay": {"type": "int", "default": 10},
-        "container": {"type": "str", "default": ""},
-        "docker_cli": {"type": "str", "default": "docker"},
-        "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
-        "log_lines": {"type": "int", "default": 20},
-        "must_pass": {"type": "bool", "default": True},
-    }, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "urls": {"type": "list", "elements": "str", "required": True},
+            "timeout": {"type": "int", "default": 10},
+            "retries": {"type": "int", "default": 60},
+            "delay": {"type": "int", "default": 10},
+            "container": {"type": "str", "default": ""},
+            "docker_cli": {"type": "str", "default": "docker"},
+            "docker_host": {"type": "str", "default": "unix:///var/run/docker.sock"},
+            "log_lines": {"type": "int", "default": 20},
+            "must_pass": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
     params = module.params
     start = time.monotonic()
     budget = max(params["retries"], 1) * params["delay"]
@@ -165,24 +202,32 @@ def main():
             what, exit_code = _stopped_how(module, state, first_started, socket_at_start)
             if what is not None:
                 rc, out, err = _docker(module, "logs", "--tail", str(params["log_lines"]), params["container"])
-                tail = (out + err).splitlines()[-params["log_lines"]:] if rc == 0 else []
-                module.fail_json(msg=f"container {params['container']} {what} while waiting for {pending[0]}",
-                                 healthy=False, exited=True, exit_code=exit_code, log_tail=tail,
-                                 waited_s=round(time.monotonic() - start, 1))
+                tail = (out + err).splitlines()[-params["log_lines"] :] if rc == 0 else []
+                module.fail_json(
+                    msg=f"container {params['container']} {what} while waiting for {pending[0]}",
+                    healthy=False,
+                    exited=True,
+                    exit_code=exit_code,
+                    log_tail=tail,
+                    waited_s=round(time.monotonic() - start, 1),
+                )
         while pending and time.monotonic() < deadline:
             if _status(pending[0], max(0.5, min(params["timeout"], deadline - time.monotonic()))) != 200:
                 break
             pending.pop(0)
         if not pending:
-            module.exit_json(changed=False, healthy=True, exited=False, waited_s=round(time.monotonic() - start, 1),
-                             attempts=attempt)
+            module.exit_json(
+                changed=False, healthy=True, exited=False, waited_s=round(time.monotonic() - start, 1), attempts=attempt
+            )
         if time.monotonic() + params["delay"] > deadline:
             break
         time.sleep(params["delay"])
     waited = round(time.monotonic() - start, 1)
     result = {"healthy": False, "exited": False, "waited_s": waited}
-    msg = (f"{pending[0]} did not answer 200 within the wait's budget of {budget} s ({params['retries']} polls "
-           f"{params['delay']} s apart, each request cut at {params['timeout']} s; waited {waited} s)")
+    msg = (
+        f"{pending[0]} did not answer 200 within the wait's budget of {budget} s ({params['retries']} polls "
+        f"{params['delay']} s apart, each request cut at {params['timeout']} s; waited {waited} s)"
+    )
     if params["must_pass"]:
         module.fail_json(msg=msg, **result)
     module.exit_json(changed=False, msg=msg, **result)
