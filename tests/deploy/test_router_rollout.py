@@ -434,7 +434,7 @@ BAD_ROUTERS = {  # inventory overrides (ROUTER = the router's URL), setup, messa
     "unknown router kind": (
         {"sglang_router_kind": "nginx"},
         None,
-        "sglang_router_kind auto, smg or sglang-router (got 'nginx')",
+        "sglang_router_kind must be one of: auto, smg, sglang-router",  # the role's argument spec
     ),
     "router of another kind": (
         {"sglang_router_kind": "OTHER"},
