@@ -144,7 +144,7 @@ def watch(fleet, saved_images, tmp_path_factory):
             fleet, root / f"{name}.json", saved_images["v1"], host_overrides=per_node, **{**service, **overrides}
         )
 
-    result = ansible_playbook(fleet, "deploy.yml", inventory("deploy"), "-e", '{"sglang_rollout_serial": [3]}')
+    result = ansible_playbook(fleet, "deploy.yml", inventory("deploy"), "-e", '{"sglang_rollout_serial": [1, 2]}')
     assert result.rc == 0, result.output[-4000:]
     try:
         yield root, inventory

@@ -78,8 +78,8 @@ def test_setup_system_demo_then_the_venv_step_works_in_a_bare_debian(rootfs):
     assert again.returncode == 0 and "all packages present" in again.stderr  # a rerun changes nothing
 
     venv = in_rootfs(rootfs, "cd /repo && PIP_NO_INDEX=1 VENV=/root/venv bash scripts/setup-venv.sh")
-    assert "[1/7] creating /root/venv with Python 3.11" in venv.stderr, venv.stderr
-    assert "[2/7]" in venv.stderr and venv.returncode != 0  # stopped by PIP_NO_INDEX, after the venv
+    assert "[1/8] creating /root/venv with Python 3.11" in venv.stderr, venv.stderr
+    assert "[2/8]" in venv.stderr and venv.returncode != 0  # stopped by PIP_NO_INDEX, after the venv
     check = in_rootfs(rootfs, "/root/venv/bin/python -m pip --version && make --version")
     assert check.returncode == 0 and "python 3.11" in check.stdout and "GNU Make" in check.stdout, check.stderr
 
