@@ -39,7 +39,8 @@ def section(text: str, version: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    summary = __doc__.partition("\n\n")[0]
+    parser = argparse.ArgumentParser(description=summary)
     parser.add_argument("version", help="the overlay version (pyproject.toml), e.g. 0.1.0")
     parser.add_argument("--changelog", type=Path, default=CHANGELOG, help="default: the repository's CHANGELOG.md")
     args = parser.parse_args(argv)

@@ -73,6 +73,7 @@ def _the_pool(configurator):
     from sglang.srt.runtime_context import get_schedule, max_speculative_num_draft_tokens
 
     params = configurator.mambaish_config.mamba2_cache_params
+    window = max_speculative_num_draft_tokens()
     with cuda_zeros_to_cpu():
         return HybridReqToTokenPool(
             size=4,
@@ -84,7 +85,7 @@ def _the_pool(configurator):
             cache_params=params,
             mamba_layer_ids=list(params.layers),
             enable_mamba_extra_buffer=False,
-            speculative_num_draft_tokens=max_speculative_num_draft_tokens(),
+            speculative_num_draft_tokens=window,
             speculative_eagle_topk=1,
             enable_overlap_schedule=False,
             enable_linear_replayssm_spec=True,

@@ -160,7 +160,8 @@ def measure(root: Path, timeout_s: float) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    summary = __doc__.partition("\n\n")[0]
+    parser = argparse.ArgumentParser(description=summary)
     parser.add_argument("--out", required=True)
     parser.add_argument("--timeout-min", type=float, default=45.0)
     args = parser.parse_args()
