@@ -112,22 +112,27 @@ class Router:
         terminate(self.proc)
 
 
-def start_router(
-    fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT, kind: str = "sglang-router"
-) -> Router:
-    """Start the router of this kind on the controller's bridge address with these workers; wait until it lists
-    them all healthy. Its Prometheus port is the next one."""
+def router_command(
+    kind: str,
+    host: str,
+    port: int,
+    worker_urls: list[str],
+    health_interval_s: float,
+    prometheus_port: int,
+    retries: bool = False,
+) -> list[str]:
+    """The command line that starts a router of this kind on host:port in front of these workers (round robin,
+    health checks every health_interval_s, its metrics on prometheus_port); fails the test where the kind's
+    environment is missing."""
     python, launcher = ROUTERS[kind]
     if not python.exists():
         pytest.fail(f"{python} is missing: scripts/setup-venv.sh (make setup) builds the {kind} environment")
-    url = f"http://{fleet.controller_address}:{port}"
-    log = fleet.root / f"router-{port}.log"
     cmd = [
         str(python),
         "-m",
         launcher,
         "--host",
-        fleet.controller_address,
+        host,
         "--port",
         str(port),
         "--policy",
@@ -135,18 +140,27 @@ def start_router(
         "--worker-urls",
         *worker_urls,
         "--health-check-interval-secs",
-        str(HEALTH_INTERVAL_S),
+        str(health_interval_s),
         "--worker-startup-check-interval",
         "1",
         "--prometheus-host",
-        fleet.controller_address,
+        host,
         "--prometheus-port",
-        str(port + 1),
+        str(prometheus_port),
         "--log-level",
         "warn",
     ]
-    if not retries:
-        cmd.append("--disable-retries")
+    return cmd if retries else [*cmd, "--disable-retries"]
+
+
+def start_router(
+    fleet: Fleet, worker_urls: list[str], retries: bool = False, port: int = ROUTER_PORT, kind: str = "sglang-router"
+) -> Router:
+    """Start the router of this kind on the controller's bridge address with these workers; wait until it lists
+    them all healthy. Its Prometheus port is the next one."""
+    url = f"http://{fleet.controller_address}:{port}"
+    log = fleet.root / f"router-{port}.log"
+    cmd = router_command(kind, fleet.controller_address, port, worker_urls, HEALTH_INTERVAL_S, port + 1, retries)
     with log.open("ab") as out:
         proc = subprocess.Popen(
             fleet.netns_cmd(*cmd),

@@ -20,7 +20,7 @@ import urllib.request
 import pytest
 
 from tests.deploy.fleet import terminate
-from tests.deploy.router import ROUTERS
+from tests.deploy.router import ROUTERS, router_command
 from tests.deploy.runner import DEPLOY
 
 pytestmark = pytest.mark.slow
@@ -87,37 +87,11 @@ def servers(tmp_path_factory):
 def router(request, servers, tmp_path_factory):
     """(kind, URL) of a router of each kind in front of both servers, health checks every second."""
     kind = request.param
-    python, launcher = ROUTERS[kind]
-    if not python.exists():
-        pytest.fail(f"{python} is missing: scripts/setup-venv.sh (make setup) builds the {kind} environment")
     port = _free_port()
     log = tmp_path_factory.mktemp(kind) / "router.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [
-                str(python),
-                "-m",
-                launcher,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--policy",
-                "round_robin",
-                "--worker-urls",
-                *servers,
-                "--health-check-interval-secs",
-                "1",
-                "--worker-startup-check-interval",
-                "1",
-                "--disable-retries",
-                "--log-level",
-                "warn",
-                "--prometheus-host",
-                "127.0.0.1",
-                "--prometheus-port",
-                str(_free_port()),
-            ],
+            router_command(kind, "127.0.0.1", port, servers, 1, _free_port()),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
