@@ -4,8 +4,8 @@ no GPU is present, skip GPU tests there, and select the unit tier (`--tier unit`
 The unit tier is named here by folder (`UNIT_TIER`), not by a path list in the Makefile: a test file added
 to one of these folders joins it. Its tests need no root, Docker, test hosts or network namespaces; `make
 test-fast` adds the markers `not slow and not gpu and not probe` and runs it in random order
-(pytest-randomly, off by default in pyproject.toml's addopts: the rollout modules' fleets are built per
-module and read in file order).
+(pytest-randomly, off by default in pyproject.toml's addopts: each deploy test builds the fleet's state it
+starts from where the fleet lacks it, and file order keeps those rebuilds few; notes/decisions.md).
 
 GPU tests are marked `gpu`; where torch sees no CUDA device they are skipped (never faked). The
 interpreter must be chosen before anything imports Triton, so it is set here, at the very start of the

@@ -1,8 +1,9 @@
 """Real Ansible over SSH into three test nodes, each with its own Docker daemon, rolling out the stand-in
 server image (tests/deploy/standin_image.py) with deploy/playbooks.
 
-The tests run in file order and build on each other (one fleet per session): a clean rollout, a rerun
-that changes nothing, a preflight failure that stops before any restart, a node whose new container is
+Every test names the fleet's state it starts from (`fleet_state` marks, built by tests/deploy/fleet_state.py
+only where the fleet lacks it: one fleet per session, shared with the other deploy modules): a clean rollout,
+a rerun that changes nothing, a preflight failure that stops before any restart, a node whose new container is
 unhealthy (rolled back, no later batch touched), an on-demand rollback (also one interrupted between the
 renames of its exchange), an image ID mismatch after loading a tarball, the status report, a new
 container that exits (the wait stops at once, its log is kept), a distribute whose copy dies half-way on
@@ -22,11 +23,50 @@ import time
 import pytest
 
 from tests.deploy.fleet import A100, H100, H100_OLD_DRIVER, H200
+from tests.deploy.fleet_state import NodeShape, State, bring
 from tests.deploy.runner import ansible_playbook, write_inventory
 
 pytestmark = pytest.mark.slow
 
 SERVICE = "sglang-test"
+PREVIOUS = SERVICE + "-previous"
+
+
+ON_V1 = NodeShape({SERVICE: ("v1", True)}, ("v1",), ("v1", None))
+
+
+def _node1(shape: NodeShape):
+    return lambda name: shape if name == "node1" else ON_V1
+
+
+@pytest.fixture(autouse=True)
+def starting_state(request, fleet, saved_images, tmp_path_factory):
+    """Bring the fleet to the test's `fleet_state`: wiped ("empty"), v1 everywhere after a first deploy ("v1"),
+    whatever node1 runs beside that ("v1 on node2 and node3"), node1 switched to v2 ("v2 on node1"), then node1
+    rolled back to v1 ("node1 rolled back"). The builds roll out in two batches (the canary, then the rest)."""
+    root = tmp_path_factory.mktemp("state")
+
+    def playbook(name: str, version: str, *args: str) -> None:
+        inventory = write_inventory(fleet, root / f"{version}.json", saved_images[version])
+        result = ansible_playbook(fleet, name, inventory, "-e", '{"sglang_rollout_serial": [1, 2]}', *args)
+        assert result.rc == 0, result.output[-4000:]
+
+    states = {
+        "empty": State(shape=lambda name: NodeShape({})),
+        "v1": State(lambda name: ON_V1, lambda: playbook("deploy.yml", "v1"), "empty"),
+        "v1 on node2 and node3": State(lambda name: None if name == "node1" else ON_V1, parent="v1"),
+        "v2 on node1": State(
+            _node1(NodeShape({SERVICE: ("v2", True), PREVIOUS: ("v1", False)}, ("v1", "v2"), ("v2", "v1"))),
+            lambda: playbook("deploy.yml", "v2", "--limit", "node1"),
+            "v1",
+        ),
+        "node1 rolled back": State(
+            _node1(NodeShape({SERVICE: ("v1", True), PREVIOUS: ("v2", False)}, ("v1", "v2"), ("v1", "v2"))),
+            lambda: playbook("rollback.yml", "v2", "--limit", "node1"),
+            "v2 on node1",
+        ),
+    }
+    bring(fleet, saved_images, SERVICE, states, request.node.get_closest_marker("fleet_state").args[0])
 
 
 def _switch_order(output: str) -> list[str]:
@@ -38,6 +78,7 @@ def _running(fleet) -> dict[str, dict]:
     return {node.name: node.containers().get(SERVICE) for node in fleet.nodes}
 
 
+@pytest.mark.fleet_state("empty")
 def test_clean_rollout_canary_first(fleet, saved_images, tmp_path):
     v1 = saved_images["v1"]
     # the smoke gate is the real smoke suite (smoke_tests/, `replayssm-smoke`) against each new server
@@ -78,6 +119,7 @@ def test_clean_rollout_canary_first(fleet, saved_images, tmp_path):
     assert started == sorted(started)
 
 
+@pytest.mark.fleet_state("v1")
 def test_rerun_changes_nothing(fleet, saved_images, tmp_path):
     before = _running(fleet)
     inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v1"])
@@ -88,6 +130,7 @@ def test_rerun_changes_nothing(fleet, saved_images, tmp_path):
     assert _running(fleet) == before
 
 
+@pytest.mark.fleet_state("v1")
 def test_preflight_wrong_gpu_stops_before_any_restart(fleet, saved_images, tmp_path):
     before = _running(fleet)
     fleet.nodes[1].set_gpus(A100, A100)
@@ -135,6 +178,7 @@ BAD_NODES = {  # inventory overrides, extra hosts, node3's GPUs, message
 }
 
 
+@pytest.mark.fleet_state("v1")
 @pytest.mark.parametrize("case", sorted(BAD_NODES))
 def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
     host_overrides, extra_hosts, gpus, message = BAD_NODES[case]
@@ -160,6 +204,7 @@ def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
     assert _running(fleet) == before
 
 
+@pytest.mark.fleet_state("v1")
 def test_preflight_checks_space_where_the_tarball_is_staged(fleet, saved_images, tmp_path):
     """A (sparse) 8 TiB tarball: more than any test node's staging folder holds."""
     huge = tmp_path / "huge.tar.gz"
@@ -179,34 +224,40 @@ def test_preflight_checks_space_where_the_tarball_is_staged(fleet, saved_images,
     assert _running(fleet) == before
 
 
-def test_unhealthy_new_container_is_rolled_back_and_stops_the_rollout(fleet, saved_images, tmp_path):
-    v1, v2 = saved_images["v1"], saved_images["v2"]
+@pytest.mark.fleet_state("v1")
+def test_tarball_with_wrong_image_id_is_refused(fleet, saved_images, tmp_path):
+    v2 = saved_images["v2"]
     before = _running(fleet)
-    inventory = write_inventory(
-        fleet,
-        tmp_path / "inv.json",
-        v2,
-        host_overrides={"node2": {"sglang_extra_args": ["--unhealthy"]}},
-        sglang_health_retries=4,
-    )
-    result = ansible_playbook(fleet, "deploy.yml", inventory)
+    wrong_id = "sha256:" + "0" * 64
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, sglang_image_id=wrong_id)
+    result = ansible_playbook(fleet, "deploy.yml", inventory, "--limit", "node3")
     assert result.rc != 0
-    assert _switch_order(result.output) == ["node1", "node2"]
-    assert "node2: the new container failed" in result.output
-    assert "Restored the previous container (image " + v1.image_id + "), healthy again." in result.output
-    after = _running(fleet)
-    # the canary took v2
-    assert after["node1"]["image"] == v2.image_id and after["node1"]["running"]
-    # node2 runs its old container again: same container, v1, healthy; its state file still says v1
-    assert after["node2"]["id"] == before["node2"]["id"] and after["node2"]["image"] == v1.image_id
-    assert after["node2"]["running"]
-    assert fleet.nodes[1].state(SERVICE)["current"]["image_id"] == v1.image_id
-    assert "sglang-test-previous" not in fleet.nodes[1].containers()
-    # node3 (the next batch) was never restarted: same container, same start time, same state file
-    assert after["node3"] == before["node3"]
-    assert fleet.nodes[2].state(SERVICE)["current"]["image_id"] == v1.image_id
+    assert f"loaded as {v2.image_id}, not the expected {wrong_id}; refused" in result.output
+    assert "PLAY [Roll out]" not in result.output
+    assert _running(fleet) == before
+    # the wrongly loaded image was removed again, and the staged tarball too
+    assert fleet.nodes[2].dockerd.docker("image", "inspect", v2.image_id, check=False).returncode != 0
+    assert not list((fleet.nodes[2].root / "stage").glob("*.tar*"))
 
 
+@pytest.mark.fleet_state("v1")
+def test_deploy_smoke_checks_every_node_and_fails_on_a_broken_one(fleet, saved_images, tmp_path):
+    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v1"], sglang_health_retries=2)
+    before = _running(fleet)
+    result = ansible_playbook(fleet, "smoke.yml", inventory)
+    assert result.rc == 0, result.output[-4000:]
+    assert {host: counts["failed"] for host, counts in result.recap.items()} == {"node1": 0, "node2": 0, "node3": 0}
+    fleet.nodes[2].dockerd.docker("stop", "-t", "1", SERVICE)
+    try:
+        result = ansible_playbook(fleet, "smoke.yml", inventory)
+    finally:
+        fleet.nodes[2].dockerd.docker("start", SERVICE)
+    assert result.rc != 0
+    assert result.recap["node3"]["failed"] == 1 and result.recap["node1"]["failed"] == 0
+    assert _running(fleet)["node1"] == before["node1"]
+
+
+@pytest.mark.fleet_state("v2 on node1")
 def test_rollback_brings_back_the_previous_container(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     inventory = write_inventory(fleet, tmp_path / "inv.json", v2)
@@ -258,6 +309,7 @@ def _interrupt_exchange(node, after_renames: bool) -> None:
         node.dockerd.docker("start", SERVICE)
 
 
+@pytest.mark.fleet_state("node1 rolled back")
 @pytest.mark.parametrize("after_renames", [False, True], ids=["after-the-first-rename", "before-the-state-file"])
 def test_a_rollback_interrupted_mid_exchange_loses_no_container(fleet, saved_images, tmp_path, after_renames):
     """Without the exchange's journal the rerun found no <name> (or the two names swapped against the
@@ -287,6 +339,7 @@ def test_a_rollback_interrupted_mid_exchange_loses_no_container(fleet, saved_ima
     assert again[SERVICE + "-previous"]["id"] == kept["id"]
 
 
+@pytest.mark.fleet_state("node1 rolled back")
 def test_an_exchange_journal_naming_a_gone_container_changes_nothing_and_says_so(fleet, saved_images, tmp_path):
     node = fleet.nodes[0]
     inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"])
@@ -305,6 +358,27 @@ def test_an_exchange_journal_naming_a_gone_container_changes_nothing_and_says_so
     assert kept and node.containers() == before
 
 
+@pytest.mark.fleet_state("node1 rolled back")
+def test_status_reports_every_node(fleet, saved_images, tmp_path):
+    v1 = saved_images["v1"]
+    inventory = write_inventory(fleet, tmp_path / "inv.json", v1)
+    report = tmp_path / "status.json"
+    result = ansible_playbook(fleet, "status.yml", inventory, "-e", f"sglang_status_json={report}")
+    assert result.rc == 0, result.output[-4000:]
+    table = [line for line in result.output.splitlines() if re.match(r"\s+(HOST\s+SERVICE|node\d\s)", line)]
+    assert re.search(r"HOST\s+SERVICE\s+PORT\s+RUNNING\s+HEALTHY", table[0]) and len(table) == 8
+    assert re.search(r"HOST\s+SERVICE\s+FOLD\s+SELF-CHECK", table[4])  # the second table: what each node serves with
+    assert max(map(len, table)) <= 120
+    rows = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}
+    assert set(rows) == {"node1", "node2", "node3"}
+    for row in rows.values():
+        assert row["running"] and row["healthy"] and row["image_id"] == v1.image_id
+        assert row["matches_state"]
+    assert rows["node1"]["previous_image_id"] == saved_images["v2"].image_id
+    assert rows["node3"]["previous_image_id"] == ""
+
+
+@pytest.mark.fleet_state("node1 rolled back")
 def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     before = fleet.nodes[0].containers()
@@ -326,56 +400,36 @@ def test_failed_smoke_gate_restores_the_node_and_keeps_its_rollback_target(fleet
     assert "kept, stopped, as sglang-test-failed" in " ".join(result.output.split())
 
 
-def test_tarball_with_wrong_image_id_is_refused(fleet, saved_images, tmp_path):
-    v2 = saved_images["v2"]
+@pytest.mark.fleet_state("v1 on node2 and node3")
+def test_unhealthy_new_container_is_rolled_back_and_stops_the_rollout(fleet, saved_images, tmp_path):
+    v1, v2 = saved_images["v1"], saved_images["v2"]
     before = _running(fleet)
-    wrong_id = "sha256:" + "0" * 64
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v2, sglang_image_id=wrong_id)
-    result = ansible_playbook(fleet, "deploy.yml", inventory, "--limit", "node3")
+    inventory = write_inventory(
+        fleet,
+        tmp_path / "inv.json",
+        v2,
+        host_overrides={"node2": {"sglang_extra_args": ["--unhealthy"]}},
+        sglang_health_retries=4,
+    )
+    result = ansible_playbook(fleet, "deploy.yml", inventory)
     assert result.rc != 0
-    assert f"loaded as {v2.image_id}, not the expected {wrong_id}; refused" in result.output
-    assert "PLAY [Roll out]" not in result.output
-    assert _running(fleet) == before
-    # the wrongly loaded image was removed again, and the staged tarball too
-    assert fleet.nodes[2].dockerd.docker("image", "inspect", v2.image_id, check=False).returncode != 0
-    assert not list((fleet.nodes[2].root / "stage").glob("*.tar*"))
+    assert _switch_order(result.output) == ["node1", "node2"]
+    assert "node2: the new container failed" in result.output
+    assert "Restored the previous container (image " + v1.image_id + "), healthy again." in result.output
+    after = _running(fleet)
+    # the canary took v2
+    assert after["node1"]["image"] == v2.image_id and after["node1"]["running"]
+    # node2 runs its old container again: same container, v1, healthy; its state file still says v1
+    assert after["node2"]["id"] == before["node2"]["id"] and after["node2"]["image"] == v1.image_id
+    assert after["node2"]["running"]
+    assert fleet.nodes[1].state(SERVICE)["current"]["image_id"] == v1.image_id
+    assert "sglang-test-previous" not in fleet.nodes[1].containers()
+    # node3 (the next batch) was never restarted: same container, same start time, same state file
+    assert after["node3"] == before["node3"]
+    assert fleet.nodes[2].state(SERVICE)["current"]["image_id"] == v1.image_id
 
 
-def test_status_reports_every_node(fleet, saved_images, tmp_path):
-    v1 = saved_images["v1"]
-    inventory = write_inventory(fleet, tmp_path / "inv.json", v1)
-    report = tmp_path / "status.json"
-    result = ansible_playbook(fleet, "status.yml", inventory, "-e", f"sglang_status_json={report}")
-    assert result.rc == 0, result.output[-4000:]
-    table = [line for line in result.output.splitlines() if re.match(r"\s+(HOST\s+SERVICE|node\d\s)", line)]
-    assert re.search(r"HOST\s+SERVICE\s+PORT\s+RUNNING\s+HEALTHY", table[0]) and len(table) == 8
-    assert re.search(r"HOST\s+SERVICE\s+FOLD\s+SELF-CHECK", table[4])  # the second table: what each node serves with
-    assert max(map(len, table)) <= 120
-    rows = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}
-    assert set(rows) == {"node1", "node2", "node3"}
-    for row in rows.values():
-        assert row["running"] and row["healthy"] and row["image_id"] == v1.image_id
-        assert row["matches_state"]
-    assert rows["node1"]["previous_image_id"] == saved_images["v2"].image_id
-    assert rows["node3"]["previous_image_id"] == ""
-
-
-def test_deploy_smoke_checks_every_node_and_fails_on_a_broken_one(fleet, saved_images, tmp_path):
-    inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v1"], sglang_health_retries=2)
-    before = _running(fleet)
-    result = ansible_playbook(fleet, "smoke.yml", inventory)
-    assert result.rc == 0, result.output[-4000:]
-    assert {host: counts["failed"] for host, counts in result.recap.items()} == {"node1": 0, "node2": 0, "node3": 0}
-    fleet.nodes[2].dockerd.docker("stop", "-t", "1", SERVICE)
-    try:
-        result = ansible_playbook(fleet, "smoke.yml", inventory)
-    finally:
-        fleet.nodes[2].dockerd.docker("start", SERVICE)
-    assert result.rc != 0
-    assert result.recap["node3"]["failed"] == 1 and result.recap["node1"]["failed"] == 0
-    assert _running(fleet)["node1"] == before["node1"]
-
-
+@pytest.mark.fleet_state("v1")
 def test_dead_new_container_stops_the_wait_at_once_and_keeps_its_log(fleet, saved_images, tmp_path):
     """The new container exits at start: with 600 polls 1 s apart the old wait ran 10 minutes (the run's
     timeout here is 5); now it stops at the exit, names the exit code and shows the log tail."""
@@ -441,6 +495,7 @@ sys.exit(12)
 """
 
 
+@pytest.mark.fleet_state("v1 on node2 and node3")
 def test_failed_distribute_on_one_node_leaves_no_staged_tarball_anywhere(fleet, saved_images, tmp_path):
     """node3's copy dies half-way (its rsync is killed) while node1 copies the same tarball in the same
     task (node1 first drops v2 and the containers kept on it, so that it must copy): node1 still loads and
@@ -493,6 +548,7 @@ def _kill_daemon_when_switching(node, image_id: str, killed: threading.Event, do
         time.sleep(0.3)
 
 
+@pytest.mark.fleet_state("v1")
 def test_killed_docker_daemon_keeps_the_last_good_container_through_rerun_and_rollback(fleet, saved_images, tmp_path):
     v1, v2 = saved_images["v1"], saved_images["v2"]
     node2 = fleet.nodes[1]
