@@ -3,11 +3,12 @@ each in turn in the controller's namespace in front of the three test nodes, a b
 (tests/deploy/loadgen.py) through it, and real ansible-playbook runs with `sglang_router_url` set.
 
 One fleet for the module and one router per kind (smg gets every test, sglang-router 0.3.2 the rollout and
-the bad inputs: KINDS), all of one kind first, in file order, each test leaving every node serving and the
-router listing exactly the fleet: a full rollout, a canary whose smoke gate fails, a run killed mid-drain
-and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback after it, the control
-(a plain swap, which must lose requests), the router's bad inputs, a drain that does not end, a router
-that stops answering before it takes the node back, a hung node, and a node lost mid-switch. The
+the bad inputs: KINDS), all of one kind first, each test leaving every node serving and the router listing
+exactly the fleet, and starting from the images it needs (`_bring`: what the test before it in file order
+leaves, so that in file order nothing is switched twice): a full rollout, a canary whose smoke gate fails, a
+run killed mid-drain and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback after
+it, the control (a plain swap, which must lose requests), the router's bad inputs, a drain that does not end,
+a router that stops answering before it takes the node back, a hung node, and a node lost mid-switch. The
 router's retries are off (see router.py), so every request a switch cut or sent to a stopped node would
 count as failed.
 """
@@ -179,12 +180,40 @@ def _watch(condition, action, done: threading.Event, poll: float = 0.2) -> threa
     return thread
 
 
-def _runs(routed, **images: str) -> None:
-    """Check what the earlier tests left: node name -> the image (v1, v2) its service container runs."""
-    running = {name: (c or {}).get("image") for name, c in _containers(routed.fleet).items()}
-    assert {name: running[name] for name in images} == {
-        name: routed.images[v].image_id for name, v in images.items()
-    }, "the earlier tests left another state"
+def _serves(node, image_id: str, any_env: bool = False) -> bool:
+    """Whether `node`'s service container runs `image_id` with ROUTED_ENV (with any environment: `any_env`)."""
+    proc = node.dockerd.docker(
+        "inspect", "--format", "{{.Image}} {{.State.Running}} {{json .Config.Env}}", SERVICE, check=False
+    )
+    if proc.returncode != 0:
+        return False
+    image, running, env = proc.stdout.strip().split(" ", 2)
+    wanted = [f"{key}={value}" for key, value in ROUTED_ENV.items()]
+    return image == image_id and running == "true" and (any_env or set(wanted) <= set(json.loads(env)))
+
+
+def _previous_image(node) -> str | None:
+    return (node.containers().get(SERVICE + "-previous") or {}).get("image")
+
+
+def _bring(routed, previous: str | None = None, any_env: bool = False, **images: str) -> None:
+    """Give the named nodes (node name -> v1 or v2) that image with ROUTED_ENV (`any_env`: with whatever
+    environment they run) and, when `previous` is given, that version as their rollback target: what the test
+    before it in file order leaves (then nothing runs), switched here by rollout.yml through the router when the
+    test runs alone or after another."""
+    (version,) = set(images.values())
+    nodes = {node.name: node for node in routed.fleet.nodes if node.name in images}
+    wrong = [
+        name
+        for name, node in nodes.items()
+        if not _serves(node, routed.images[version].image_id, any_env)
+        or (previous and _previous_image(node) != routed.images[previous].image_id)
+    ]
+    for step in ([previous] if previous else []) + [version] if wrong else []:
+        inventory = routed.inventory(f"bring-{step}", step)
+        result = ansible_playbook(routed.fleet, "rollout.yml", inventory, "--limit", ",".join(wrong))
+        assert result.rc == 0, result.output[-4000:]
+    routed.router.wait_for(_urls(routed.fleet))
 
 
 def _kill_when(run: RunningPlaybook, condition, timeout: float = 600):
@@ -204,6 +233,7 @@ def _runs_image(node, image_id: str) -> bool:
 
 # ------------------------------------------------------------------------------------------------ rollouts
 def test_rollout_through_the_router_loses_no_request(routed):
+    _bring(routed, any_env=True, node1="v1", node2="v1", node3="v1")
     fleet, v2 = routed.fleet, routed.images["v2"]
     result, report = routed.under_load("rollout", "rollout.yml", routed.inventory("rollout", "v2"))
     assert result.rc == 0, result.output[-4000:]
@@ -243,7 +273,7 @@ def _gate_script(path: Path, record: Path) -> str:
 
 
 def test_a_canary_that_fails_its_gate_never_gets_routed_traffic(routed, tmp_path):
-    _runs(routed, node1="v2", node2="v2", node3="v2")
+    _bring(routed, node1="v2", node2="v2", node3="v2")
     fleet = routed.fleet
     before = _containers(fleet)
     record = tmp_path / "canary-prompt-tokens"
@@ -319,7 +349,7 @@ def _rollback_after_a_run_that_changed_nothing(routed, before: dict) -> None:
 def test_a_run_killed_mid_drain_is_put_back_by_the_next_run(routed):
     """The controller dies while node2 drains (a client that bypasses the router keeps it busy): node2 is
     out of the router, its router journal says so; the rerun puts it back, then switches it and the rest."""
-    _runs(routed, node1="v2", node2="v2", node3="v2")
+    _bring(routed, node1="v2", node2="v2", node3="v2")
     fleet, v1 = routed.fleet, routed.images["v1"]
     node2 = fleet.nodes[1]
     url2 = f"http://{node2.address}:30000"
@@ -348,7 +378,7 @@ def test_a_run_killed_mid_drain_is_put_back_by_the_next_run(routed):
 def test_rollback_through_the_router_loses_no_request(routed):
     """Rolls back the whole rollout of v1, node1 included: the killed first attempt switched it, so the
     rerun found it up to date."""
-    _runs(routed, node1="v1", node2="v1", node3="v1")
+    _bring(routed, previous="v2", node1="v1", node2="v1", node3="v1")
     fleet, v1, v2 = routed.fleet, routed.images["v1"], routed.images["v2"]
     result, report = routed.under_load("rollback", "rollback.yml", routed.inventory("rollback", "v1"))
     assert result.rc == 0, result.output[-4000:]
@@ -363,7 +393,7 @@ def test_a_rollback_after_an_interrupted_deploy_undoes_only_that_deploy(routed):
     """The deploy is killed while the canary's new container starts. Rollback used to restore the canary,
     then swap every other node to its -previous (a release older than what it ran): now it restores the
     canary (from its journal, back into the router) and leaves the others alone, saying so."""
-    _runs(routed, node1="v2", node2="v2", node3="v2")
+    _bring(routed, node1="v2", node2="v2", node3="v2")
     fleet, v1, v2 = routed.fleet, routed.images["v1"], routed.images["v2"]
     before = _containers(fleet)
     load = routed.load("interrupted-switch")
@@ -395,7 +425,7 @@ def test_a_rollback_after_an_interrupted_deploy_undoes_only_that_deploy(routed):
 
 def test_control_a_plain_swap_under_the_same_load_loses_requests(routed):
     """Without the router integration the same switch loses requests: the assertions above can fail."""
-    _runs(routed, node1="v2")
+    _bring(routed, node1="v2")
     result, report = routed.under_load(
         "plain", "rollout.yml", routed.inventory("plain", "v1", router=False), "--limit", "node1"
     )
@@ -500,7 +530,7 @@ def test_a_first_batch_of_every_node_is_refused_without_a_router(routed, serial)
 
 
 def test_a_drain_that_does_not_end_puts_the_node_back_and_stops(routed):
-    _runs(routed, node1="v1")
+    _bring(routed, node1="v1")
     fleet = routed.fleet
     before = _containers(fleet)
     hold = routed.hold(fleet.nodes[0], "endless")
@@ -529,7 +559,7 @@ def test_a_router_that_does_not_take_the_node_back_stops_the_run_and_the_next_ru
     """The router freezes (SIGSTOP) while node1's new container starts: the switch passes its gates on the
     node, the router does not answer the re-add; the run stops saying so, the node serves, its router
     journal stays, and the next run puts it back."""
-    _runs(routed, node1="v1")
+    _bring(routed, node1="v1")
     fleet, v2 = routed.fleet, routed.images["v2"]
     url1 = f"http://{fleet.nodes[0].address}:30000"
     inventory = routed.inventory("frozen", "v2", sglang_router_timeout=5)
@@ -566,7 +596,7 @@ def test_a_journaled_node_goes_back_into_the_router_only_after_its_gates(routed,
     started leaves it, and answers /health; its smoke gate fails. The next run used to put it back after one
     /health 200; now it runs the gates a switch runs and leaves it out, saying why. Then, with it back,
     fleet-status exits 0 and lists a worker the router has that the inventory does not."""
-    _runs(routed, node1="v2")
+    _bring(routed, node1="v2")
     fleet = routed.fleet
     node1 = fleet.nodes[0]
     url1 = f"http://{node1.address}:30000"
@@ -635,7 +665,7 @@ def test_a_journaled_node_goes_back_into_the_router_only_after_its_gates(routed,
 def test_a_hung_node_is_restarted_not_called_up_to_date(routed):
     """node3's container is paused (running, not answering). The rerun used to say "up to date"; now it is
     restarted in place (same container, the rollback target kept) and must pass its gates."""
-    _runs(routed, node3="v2")
+    _bring(routed, previous="v1", node3="v2")
     fleet = routed.fleet
     node3 = fleet.nodes[2]
     before = node3.containers()
@@ -661,7 +691,7 @@ def test_a_frozen_node_on_a_new_spec_is_called_hung_and_switched_without_a_drain
     flight"; now the probe names it hung at once, no drain waits, it is stopped without SGLang's shutdown
     grace and switched, and the batch line says it was down. While it is frozen the router lists it unhealthy:
     the floor refusal names it, and fleet-status exits 1."""
-    _runs(routed, node2="v2")
+    _bring(routed, node2="v2")
     fleet, v1, v2 = routed.fleet, routed.images["v1"], routed.images["v2"]
     node2 = fleet.nodes[1]
     url2 = f"http://{node2.address}:30000"
@@ -713,7 +743,7 @@ def test_a_node_lost_mid_switch_says_so_and_status_lists_every_node(routed):
     """node3's sshd stops while its new container starts: the batch line says the node was lost, and why
     (it used to show only FAILED); fleet-status then lists every node, node3 unreachable and node2 with
     its Docker daemon down (both used to be dropped); the rerun puts node3 back and finishes."""
-    _runs(routed, node3="v2")
+    _bring(routed, node3="v2")
     fleet, v1 = routed.fleet, routed.images["v1"]
     node2, node3 = fleet.nodes[1], fleet.nodes[2]
     done = threading.Event()
