@@ -1,0 +1,122 @@
+"""Run every test in three pytest processes at once (`make test`), each over its own share of the test files.
+
+Why: most of the suite's time is the rollout modules waiting on their test fleets (Ansible over SSH, Docker
+daemons, health polls), not the CPU. One process ran them one after another for about 55 minutes on the
+2-core CI machine; three run side by side in about 40. Each process builds its own session fixtures (a
+fleet of three nodes on its own random subnet and namespaces, its own Docker daemons), so the streams share
+nothing but the machine.
+
+The split is by file, decided here (`STREAMS`: the first stream whose prefix a file matches takes it, the
+last takes the rest), and every test file lands in exactly one stream (tests/structure/test_test_streams.py).
+While the streams run a line per minute says how far each has got; at the end each stream's output is
+printed whole, then a table (stream, files, outcome, wall time). Exit 0 when every stream passed, else 1.
+
+    python3 scripts/test_streams.py [--list]     (--list: the files of each stream, nothing run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: stream name -> the path prefixes (relative to the repository) it takes, in order of precedence
+STREAMS = {
+    "routers and bake": (
+        "tests/deploy/test_router_rollout.py",
+        "tests/deploy/test_router_kinds.py",
+        "tests/deploy/test_bake_rollout.py",
+    ),
+    "rollout and image": ("tests/deploy/", "tests/docker/"),
+    "the rest": ("tests/",),
+}
+HEARTBEAT_S = 60
+PROGRESS = re.compile(r"\[\s*(\d+)%\]")
+
+
+def test_files(root: Path = ROOT) -> list[str]:
+    """Every test file pytest collects by its default pattern, relative to `root`, sorted."""
+    return sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py"))
+
+
+def split(files: list[str]) -> dict[str, list[str]]:
+    """stream -> its files: each file goes to the first stream with a prefix it starts with."""
+    out: dict[str, list[str]] = {name: [] for name in STREAMS}
+    for path in files:
+        name = next((n for n, prefixes in STREAMS.items() if path.startswith(prefixes)), None)
+        if name is None:
+            raise SystemExit(f"test_streams: {path} is in no stream; add a prefix to STREAMS")
+        out[name].append(path)
+    return out
+
+
+def _progress(log: Path) -> str:
+    found = PROGRESS.findall(log.read_text(errors="replace")) if log.exists() else []
+    return f"{found[-1]}%" if found else "starting"
+
+
+def run(python: str, root: Path = ROOT) -> int:
+    streams = {name: files for name, files in split(test_files(root)).items() if files}
+    logs = Path(tempfile.mkdtemp(prefix="test-streams-"))
+    procs, started, ended = {}, time.monotonic(), {}
+    beat = started + HEARTBEAT_S
+    for index, (name, files) in enumerate(streams.items()):
+        log = logs / f"{index}.log"
+        with log.open("wb") as out:
+            procs[name] = (
+                subprocess.Popen([python, "-m", "pytest", *files], stdout=out, stderr=subprocess.STDOUT, cwd=root),
+                log,
+            )
+        print(f"test-streams: {name}: {len(files)} files, output in {log}", flush=True)
+    while len(ended) < len(procs):
+        time.sleep(1)
+        for name, (proc, _) in procs.items():
+            if name not in ended and proc.poll() is not None:
+                ended[name] = time.monotonic() - started
+                print(
+                    f"test-streams: {name} ended (exit {proc.returncode}) after {ended[name] / 60:.1f} min", flush=True
+                )
+        if len(ended) < len(procs) and time.monotonic() >= beat:
+            beat += HEARTBEAT_S
+            running = ", ".join(f"{n} {_progress(log)}" for n, (p, log) in procs.items() if n not in ended)
+            print(f"test-streams: {(time.monotonic() - started) / 60:.0f} min: {running}", flush=True)
+    rows = []
+    for name, (proc, log) in procs.items():
+        print(f"\n{'=' * 30} stream: {name} {'=' * 30}", flush=True)
+        sys.stdout.write(log.read_text(errors="replace"))
+        rc = proc.returncode
+        outcome = "passed" if rc == 0 else ("no tests collected" if rc == 5 else f"FAILED (exit {rc})")
+        rows.append((name, str(len(streams[name])), outcome, f"{ended[name] / 60:.1f} min"))
+    print()
+    header = ("STREAM", "FILES", "OUTCOME", "WALL")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print(f"test-streams: all streams took {(time.monotonic() - started) / 60:.1f} min", flush=True)
+    return 0 if all(proc.returncode == 0 for proc, _ in procs.values()) else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="print each stream's files and run nothing")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, files in split(test_files()).items():
+            print(f"{name}:")
+            print("".join(f"  {path}\n" for path in files), end="")
+        return 0
+    return run(os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python")))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `--list | head`: a closed stdout is a quiet end
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

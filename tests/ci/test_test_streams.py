@@ -1,0 +1,47 @@
+"""`make test` runs the suite in streams split by file (scripts/test_streams.py): every test file must run in
+exactly one stream, and a stream's named file that is renamed or removed must not silently move its tests
+elsewhere (every prefix still takes a file). The control shows the split refuses a file no stream takes, and
+a run over a small tree shows a failing stream fails the whole run and is named in the table."""
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("test_streams", ROOT / "scripts" / "test_streams.py")
+streams = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(streams)
+
+
+def test_every_test_file_runs_in_exactly_one_stream():
+    files = streams.test_files()
+    split = streams.split(files)
+    taken = [path for paths in split.values() for path in paths]
+    assert sorted(taken) == files and len(set(taken)) == len(taken)
+    assert len(files) > 50 and all(split.values())
+
+
+def test_every_prefix_of_a_stream_takes_a_file():
+    files = streams.test_files()
+    split = streams.split(files)
+    for name, prefixes in streams.STREAMS.items():
+        for prefix in prefixes:
+            assert any(path.startswith(prefix) for path in split[name]), f"{name}: {prefix} takes no file"
+
+
+def test_a_file_no_stream_takes_is_refused(monkeypatch):
+    monkeypatch.setattr(streams, "STREAMS", {"deploy": ("tests/deploy/",)})
+    with pytest.raises(SystemExit, match="tests/kernels/test_x.py is in no stream"):
+        streams.split(["tests/deploy/test_a.py", "tests/kernels/test_x.py"])
+
+
+def test_a_failing_stream_fails_the_run_and_the_table_names_it(tmp_path, monkeypatch, capsys):
+    for folder, body in (("a", "assert True"), ("b", "assert False")):
+        (tmp_path / "tests" / folder).mkdir(parents=True)
+        (tmp_path / "tests" / folder / "test_one.py").write_text(f"def test_one():\n    {body}\n")
+    monkeypatch.setattr(streams, "STREAMS", {"first": ("tests/a/",), "second": ("tests/",)})
+    assert streams.run(sys.executable, tmp_path) == 1
+    table = capsys.readouterr().out.split("STREAM")[-1]
+    assert "first   1      passed" in table and "second  1      FAILED (exit 1)" in table
