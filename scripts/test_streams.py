@@ -37,7 +37,9 @@ STREAMS = {
     "the rest": ("tests/",),
 }
 HEARTBEAT_S = 60
-PROGRESS = re.compile(r"\[\s*(\d+)%\]")
+COLLECTED = re.compile(r"^collected (\d+) items", re.M)
+# pytest's progress lines: a file's path, then a letter a test (a long file's letters go on over more lines)
+OUTCOMES = re.compile(r"^(?:tests/\S+ )?([.FEsxX]+) *(?:\[ *\d+%\])?$", re.M)
 
 
 def test_files(root: Path = ROOT) -> list[str]:
@@ -57,8 +59,12 @@ def split(files: list[str]) -> dict[str, list[str]]:
 
 
 def _progress(log: Path) -> str:
-    found = PROGRESS.findall(log.read_text(errors="replace")) if log.exists() else []
-    return f"{found[-1]}%" if found else "starting"
+    """How far a stream has got, from its output: "tests done/collected", or "starting"."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    collected = COLLECTED.search(text)
+    if not collected:
+        return "starting"
+    return f"{sum(map(len, OUTCOMES.findall(text)))}/{collected.group(1)}"
 
 
 def run(python: str, root: Path = ROOT) -> int:

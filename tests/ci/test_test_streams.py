@@ -45,3 +45,10 @@ def test_a_failing_stream_fails_the_run_and_the_table_names_it(tmp_path, monkeyp
     assert streams.run(sys.executable, tmp_path) == 1
     table = capsys.readouterr().out.split("STREAM")[-1]
     assert "first   1      passed" in table and "second  1      FAILED (exit 1)" in table
+
+
+def test_progress_counts_the_tests_done_over_wrapped_lines(tmp_path):
+    log = tmp_path / "stream.log"
+    assert streams._progress(log) == "starting"
+    log.write_text("collected 90 items\n\ntests/a/test_one.py ..s.F [  5%]\n......x  [ 10%]\ntests/b/test_two.py ..")
+    assert streams._progress(log) == "14/90"
