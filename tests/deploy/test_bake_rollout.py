@@ -194,6 +194,10 @@ def test_a_run_killed_mid_bake_bakes_the_canary_again_on_the_next_run(baked):
         ({"sglang_bake_accept_tolerance": 1.5}, "is not a fraction in [0, 1)"),
         ({"sglang_bake_thresholds": ""}, "has no baseline_accept_length: the bake compares the canary's acceptance"),
         ({"sglang_rollout_serial": ["50%"]}, "does not start with a canary of one node"),
+        (
+            {"sglang_bake_prometheus_url": "http://127.0.0.1:9"},
+            "Prometheus at http://127.0.0.1:9 does not answer: cannot reach http://127.0.0.1:9/api/v1/status/config",
+        ),
     ],
 )
 def test_bad_bake_settings_stop_the_run_before_anything_changes(baked, overrides, message):
@@ -237,6 +241,7 @@ def test_a_canary_whose_latency_doubles_is_stopped_at_the_canary(baked, on_v1):
     assert row["canary"] > row["old"] * (1 + 0.5)
     assert re.search(r"ITL p99 \(s\)\s+\S+\s+\S+\s+-\s+<= old x 1\.50\s+FAIL", result.output), result.output[-3000:]
     assert "FAILED on ITL p99 (s)" in result.output
+    assert last["source"] == "the nodes' /metrics" and "numbers from the nodes' /metrics" in result.output
 
 
 def test_too_little_traffic_gives_no_verdict_and_rolls_the_canary_back(baked, on_v1):
