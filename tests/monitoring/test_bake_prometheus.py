@@ -81,7 +81,7 @@ def test_a_bake_takes_its_numbers_from_prometheus_and_says_so(double, prometheus
     rc, result = _bake(tmp_path, canary, [old], 12, 10, seconds="3", measure_args=("--prometheus", prom.url))
     assert result["source"] == f"Prometheus {prom.url} (job sglang)", result
     assert result["table"].endswith(f"numbers from Prometheus {prom.url} (job sglang)")
-    assert rc == 1 and result["failed_rows"] == ["accept length"], result["table"]
+    assert rc == 1 and "accept length" in result["failed_rows"], result["table"]
     assert _row(result, "requests")["canary"] >= 10 and _row(result, "requests")["old"] >= 10
 
 
@@ -97,7 +97,7 @@ def test_prometheus_stopped_mid_bake_leaves_the_nodes_metrics_and_says_so(double
         stopper.join()
     assert result["source"].startswith(f"the nodes' /metrics, as Prometheus at {prom.url} does not answer"), result
     assert "numbers from the nodes' /metrics, as Prometheus" in result["table"]
-    assert rc == 1 and result["failed_rows"] == ["accept length"], result["table"]
+    assert rc == 1 and "accept length" in result["failed_rows"], result["table"]
     assert _row(result, "requests")["canary"] >= 10
 
 
