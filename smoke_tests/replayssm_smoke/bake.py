@@ -221,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     timing.add_argument("--poll", type=float, default=15.0, help="seconds between readings while waiting for traffic")
     timing.add_argument("--prometheus", default="", metavar="URL", help="the operator's Prometheus (default: none)")
     timing.add_argument("--prometheus-job", default="sglang", help="its scrape job of SGLang (default: sglang)")
-    check = sub.add_parser("check", parents=[model, judged, timing], help="refuse bad settings; contact nothing")
+    check = sub.add_parser(
+        "check", parents=[model, judged, timing], help="refuse bad settings; contact nothing but a named Prometheus"
+    )
     check.add_argument("--min-requests", type=int, default=bake_rows.Tolerances.min_requests)
     check.add_argument("--max-wait", type=float, default=0.0)
     run = sub.add_parser("measure", parents=[timing], help="read the nodes' /metrics at the bake's start and end")

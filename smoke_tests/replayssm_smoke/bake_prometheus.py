@@ -40,7 +40,8 @@ def duration_s(text: str) -> float:
 def instance(url: str) -> str:
     """The `instance` label a scrape of `url`'s /metrics carries: its host:port."""
     parts = urllib.parse.urlsplit(url)
-    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+    return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 class Prometheus:

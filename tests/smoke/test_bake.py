@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from replayssm_smoke import bake, bake_rows, promseries
+from replayssm_smoke import bake, bake_prometheus, bake_rows, promseries
 from tests.smoke.test_smoke_double import _post
 
 LIVE = "chat: "  # the live traffic's class (the double's --accept-length-for matches it)
@@ -156,6 +156,13 @@ def test_a_prometheus_that_does_not_answer_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         bake.main([*argv[:-1], "prometheus:9090"])
     assert exc.value.code == 2 and "is not an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_prometheus_finds_a_node_by_the_host_and_port_the_router_reaches_it_at():
+    assert bake_prometheus.instance("http://10.0.0.1:30000/") == "10.0.0.1:30000"
+    assert bake_prometheus.instance("http://[fd00::1]:30000") == "[fd00::1]:30000"
+    assert bake_prometheus.instance("https://gpu01") == "gpu01:443"
+    assert bake_prometheus.duration_s("1m30s") == 90 and bake_prometheus.duration_s("15s") == 15
 
 
 def test_a_model_without_a_baseline_is_refused(capsys):
