@@ -10,9 +10,12 @@ settings before a rollout changes anything.
 
 Why two steps: the overlay's facts come from inside each node's container (the rollout asks for them between
 the steps), the numbers from the nodes' /metrics, which the controller reaches as the router does, so no
-Prometheus is needed. `measure` reads again every --poll seconds after --seconds until the canary has served
---min-requests, at most --max-wait seconds more (too little traffic: `judge` says no verdict). Exit codes:
-0 promote (check: inputs valid), 1 fail or no verdict, 2 bad input or a node whose /metrics cannot be read.
+Prometheus is needed; with --prometheus URL they come from the operator's Prometheus over the same instants
+(bake_prometheus says how), and from the nodes' /metrics when it fails by then (the result names its source).
+`measure` reads again every --poll seconds after --seconds until the canary has served --min-requests, at most
+--max-wait seconds more (too little traffic: `judge` says no verdict). Exit codes: 0 promote (check: inputs
+valid), 1 fail or no verdict, 2 bad input (check: a named Prometheus that does not answer, or scrapes less
+often than the bake lasts) or a node whose /metrics cannot be read.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from replayssm_overlay.cliutil import EXIT_CHECK_FAILED, EXIT_OK, atomic_write_json
 
-from . import bake_rows, httpclient, thresholds
+from . import bake_prometheus, bake_rows, httpclient, thresholds
 from .errors import SmokeEnvironmentError
 
 READ_TIMEOUT_S = 10.0
@@ -84,18 +87,29 @@ def _read(nodes: list[tuple[str, str]]) -> dict[str, dict]:
 
 
 def measure(args) -> dict:
-    """Readings at the start and at the end of the bake; the end waits for --min-requests on the canary."""
+    """Readings at the start and at the end of the bake; the end waits for --min-requests on the canary. The
+    nodes' /metrics are read at both ends always, so a Prometheus (--prometheus) that fails by the end leaves
+    numbers to judge: then the readings say which source they come from."""
     canary, old = args.canary, args.old or []
     started = time.time()
     start = _read([canary, *old])
     time.sleep(args.seconds)
     while True:
         end = _read([canary, *old])
+        ended = time.time()
         served = end[canary[0]]["counters"]["requests"] - start[canary[0]]["counters"]["requests"]
-        waited = time.time() - started - args.seconds
+        waited = ended - started - args.seconds
         if served >= args.min_requests or waited + args.poll > args.max_wait:
             break
         time.sleep(args.poll)
+    source = "the nodes' /metrics"
+    if args.prometheus:
+        prometheus = bake_prometheus.Prometheus(args.prometheus, args.prometheus_job)
+        try:
+            start, end = prometheus.readings([canary, *old], started, ended)
+            source = f"Prometheus {prometheus.url} (job {prometheus.job})"
+        except bake_prometheus.PrometheusUnusable as exc:
+            source += f", as {exc.what}"
     return {
         "canary": canary[0],
         "old": [name for name, _ in old],
@@ -103,7 +117,8 @@ def measure(args) -> dict:
         "waited_s": round(max(0.0, waited), 1),
         "min_requests": args.min_requests,
         "started": started,
-        "ended": time.time(),
+        "ended": ended,
+        "source": source,
         "start": start,
         "end": end,
     }
@@ -151,10 +166,11 @@ def judge(args) -> dict:
         "started_at": _utc(doc["started"]),
         "ended_at": _utc(doc["ended"]),
         "requests": canary["requests"],
+        "source": doc["source"],
         "failed_rows": result["failed_rows"],
         "rows": result["rows"],
     }
-    summary["table"] = bake_rows.table(result["rows"])
+    summary["table"] = f"{bake_rows.table(result['rows'])}\nnumbers from {doc['source']}"
     summary["headline"] = headline(summary)
     return summary
 
@@ -203,7 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     timing = argparse.ArgumentParser(add_help=False)
     timing.add_argument("--seconds", type=float, required=True, help="how long the canary serves before the verdict")
     timing.add_argument("--poll", type=float, default=15.0, help="seconds between readings while waiting for traffic")
-    check = sub.add_parser("check", parents=[model, judged, timing], help="refuse bad settings; contact nothing")
+    timing.add_argument("--prometheus", default="", metavar="URL", help="the operator's Prometheus (default: none)")
+    timing.add_argument("--prometheus-job", default="sglang", help="its scrape job of SGLang (default: sglang)")
+    check = sub.add_parser(
+        "check", parents=[model, judged, timing], help="refuse bad settings; contact nothing but a named Prometheus"
+    )
     check.add_argument("--min-requests", type=int, default=bake_rows.Tolerances.min_requests)
     check.add_argument("--max-wait", type=float, default=0.0)
     run = sub.add_parser("measure", parents=[timing], help="read the nodes' /metrics at the bake's start and end")
@@ -228,6 +248,27 @@ def _check(p: argparse.ArgumentParser, args) -> None:
         )
     if getattr(args, "min_requests", 1) < 1 or getattr(args, "max_wait", 0) < 0:
         p.error("--min-requests must be at least 1 and --max-wait 0 or more seconds")
+    if args.prometheus and not args.prometheus.startswith(("http://", "https://")):
+        p.error(f"--prometheus {args.prometheus!r} is not an http:// or https:// URL (sglang_bake_prometheus_url)")
+
+
+def _check_prometheus(args) -> None:
+    """A named Prometheus must answer, scrape the job, and scrape it at least once within the bake."""
+    prometheus = bake_prometheus.Prometheus(args.prometheus, args.prometheus_job)
+    try:
+        interval = prometheus.scrape_interval()
+    except bake_prometheus.PrometheusUnusable as exc:
+        raise SmokeEnvironmentError(
+            exc.what,
+            "name the Prometheus that scrapes the fleet's SGLang and its job (sglang_bake_prometheus_url, "
+            'sglang_bake_prometheus_job), or set sglang_bake_prometheus_url to "" to read the nodes\' /metrics',
+        ) from None
+    if args.seconds < interval:
+        raise SmokeEnvironmentError(
+            f"a bake of {args.seconds:g} s is shorter than one scrape interval ({interval:g} s) of job "
+            f"{prometheus.job!r} at {prometheus.url}: Prometheus could miss the canary's traffic",
+            "raise sglang_canary_bake to at least a few scrape intervals",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         _check(p, args)
     try:
         if args.step == "check":
+            if args.prometheus:
+                _check_prometheus(args)
             print(
                 f"bake settings valid; the model's baseline accept length is "
                 f"{baseline(args.model, args.algorithm, args.thresholds):g}"

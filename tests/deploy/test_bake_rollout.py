@@ -7,9 +7,9 @@ One fleet and one router (smg) for the module, in file order, each bake starting
 passes the smoke gate but collapses on the live class (the double's --accept-length-for, planted on the
 canary's new container) stops the run at the canary and rolls it back with no failed request; the control,
 the same rollout with a good draft, is promoted and rolls on; a run killed mid-bake bakes the canary again on
-the next run; bad bake settings are refused before anything changes. Every other verdict (latency doubled,
-too little traffic) takes the same way out of the rollout as the collapsed draft; tests/smoke/test_bake.py
-checks each verdict on stand-in servers in seconds.
+the next run; bad bake settings are refused before anything changes; a canary whose inter-token latency doubles
+is stopped on its latency rows, and one that sees no traffic gets no verdict and is rolled back, never promoted.
+tests/smoke/test_bake.py checks each verdict on stand-in servers in seconds.
 """
 
 from __future__ import annotations
@@ -194,6 +194,10 @@ def test_a_run_killed_mid_bake_bakes_the_canary_again_on_the_next_run(baked):
         ({"sglang_bake_accept_tolerance": 1.5}, "is not a fraction in [0, 1)"),
         ({"sglang_bake_thresholds": ""}, "has no baseline_accept_length: the bake compares the canary's acceptance"),
         ({"sglang_rollout_serial": ["50%"]}, "does not start with a canary of one node"),
+        (
+            {"sglang_bake_prometheus_url": "http://127.0.0.1:9"},
+            "Prometheus at http://127.0.0.1:9 does not answer: cannot reach http://127.0.0.1:9/api/v1/status/config",
+        ),
     ],
 )
 def test_bad_bake_settings_stop_the_run_before_anything_changes(baked, overrides, message):
@@ -205,3 +209,51 @@ def test_bad_bake_settings_stop_the_run_before_anything_changes(baked, overrides
     assert message in " ".join(result.output.split()), result.output[-3000:]
     assert "PLAY [Roll out]" not in result.output
     assert _containers(baked.fleet) == before
+
+
+def _stopped_at_the_canary(baked: Routed, result) -> dict:
+    """The checks every stopped bake shares: the run failed, the canary rolled back and is in the router again,
+    the other nodes never switched, no journal left; the canary's last bake."""
+    v1 = baked.images["v1"].image_id
+    assert result.rc != 0
+    assert {name: c["image"] for name, c in _containers(baked.fleet).items()} == {
+        "node1": v1,
+        "node2": v1,
+        "node3": v1,
+    }, result.output[-3000:]
+    assert baked.router.healthy_urls() == _urls(baked.fleet)
+    assert _no_journals(baked.fleet) == []
+    assert "The canary was taken out of the router and rolled back" in " ".join(result.output.split())
+    assert "(rolled back after its bake, back on" in result.output
+    return _last_bake(baked.fleet.nodes[0])
+
+
+def test_a_canary_whose_latency_doubles_is_stopped_at_the_canary(baked, on_v1):
+    """The canary's forward passes take twice as long (the double's --step-ms); its draft is as good as the old
+    nodes'. The control is test_the_same_rollout_with_a_good_draft_is_promoted (the same load, --step-ms 20)."""
+    slow = int(ROUTED_ENV["SGLANG_DOUBLE_ARGS"].split("--step-ms ")[1].split()[0]) * 2
+    result, report = _rollout(baked, "slow", _env(f"--step-ms {slow}"))
+    assert report["failed"] == 0, report["failures"]
+    last = _stopped_at_the_canary(baked, result)
+    assert last["verdict"] == "fail" and "ITL p99 (s)" in last["failed_rows"], last
+    assert "accept length" not in last["failed_rows"]  # the draft is fine; only the speed is not
+    row = next(r for r in last["rows"] if r["metric"] == "ITL p99 (s)")
+    assert row["canary"] > row["old"] * (1 + 0.5)
+    assert re.search(r"ITL p99 \(s\)\s+\S+\s+\S+\s+-\s+<= old x 1\.50\s+FAIL", result.output), result.output[-3000:]
+    assert re.search(r"FAILED on [^:]*ITL p99 \(s\)", " ".join(result.output.split())), result.output[-3000:]
+    assert last["source"] == "the nodes' /metrics" and "numbers from the nodes' /metrics" in result.output
+
+
+def test_too_little_traffic_gives_no_verdict_and_rolls_the_canary_back(baked, on_v1):
+    """No load through the router: the canary serves nothing in its bake nor in the wait after it, so there is no
+    verdict; the run says so and stops, the canary rolled back (a canary nobody used is not promoted)."""
+    result = ansible_playbook(baked.fleet, "rollout.yml", _inventory(baked, "idle"))
+    last = _stopped_at_the_canary(baked, result)
+    assert last["verdict"] == "no-verdict" and last["requests"] == 0, last
+    assert last["failed_rows"] == ["requests"]
+    assert last["waited_s"] >= BAKE["sglang_bake_max_wait"] - BAKE["sglang_bake_poll"]
+    flat = " ".join(result.output.split())
+    assert (
+        f"NO VERDICT: the canary served 0 request(s), fewer than the {BAKE['sglang_bake_min_requests']} a verdict "
+        f"needs, in {BAKE['sglang_canary_bake']} s + " in flat
+    ), flat[-3000:]

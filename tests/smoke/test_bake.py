@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import threading
 
 import pytest
 
-from replayssm_smoke import bake, bake_rows, promseries
+from replayssm_smoke import bake, bake_prometheus, bake_rows, promseries
 from tests.smoke.test_smoke_double import _post
 
 LIVE = "chat: "  # the live traffic's class (the double's --accept-length-for matches it)
@@ -35,8 +36,17 @@ def _traffic(urls: list[str], requests: int, prefix: str = LIVE) -> None:
             t.join()
 
 
-def _bake(tmp_path, canary: str, old: list[str], requests: int, min_requests: int = 10, *judge_args: str):
-    """measure (traffic sent while it waits), then judge: (exit code, the result)."""
+def _bake(
+    tmp_path,
+    canary: str,
+    old: list[str],
+    requests: int,
+    min_requests: int = 10,
+    *judge_args: str,
+    seconds: str = "1",
+    measure_args: tuple[str, ...] = (),
+):
+    """measure (traffic sent while it waits, `measure_args` added), then judge: (exit code, the result)."""
     readings, out = tmp_path / "readings.json", tmp_path / "bake.json"
     sender = threading.Thread(target=_traffic, args=([canary, *old], requests))
     argv = [
@@ -45,7 +55,7 @@ def _bake(tmp_path, canary: str, old: list[str], requests: int, min_requests: in
         f"node1={canary}",
         *(f"--old=node{i + 2}={u}" for i, u in enumerate(old)),
         "--seconds",
-        "1",
+        seconds,
         "--poll",
         "0.5",
         "--min-requests",
@@ -54,6 +64,7 @@ def _bake(tmp_path, canary: str, old: list[str], requests: int, min_requests: in
         "5",
         "--out",
         str(readings),
+        *measure_args,
     ]
     sender.start()
     try:
@@ -101,6 +112,7 @@ def test_the_same_canary_with_a_good_draft_is_promoted(double, tmp_path):
     assert (rc, result["verdict"], result["failed_rows"]) == (0, "promote", [])
     assert _row(result, "requests")["canary"] >= 10 and _row(result, "requests")["old"] >= 10
     assert _row(result, "ITL p99 (s)")["verdict"] == "ok"
+    assert result["source"] == "the nodes' /metrics" and result["table"].endswith("\nnumbers from the nodes' /metrics")
 
 
 def test_a_canary_whose_latency_doubles_fails_on_itl(double, tmp_path):
@@ -129,6 +141,28 @@ def test_bad_settings_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         bake.main(["check", "--model", MODEL, *argv])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_prometheus_that_does_not_answer_is_refused(capsys):
+    """tests/monitoring/test_bake_prometheus.py checks the rest of the Prometheus settings against a real one."""
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    argv = ["check", "--model", MODEL, "--algorithm", "DFLASH", "--seconds", "30", "--prometheus", url]
+    assert bake.main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"Prometheus at {url} does not answer: cannot reach {url}/api/v1/status/config" in err
+    assert 'set sglang_bake_prometheus_url to "" to read the nodes\' /metrics' in err
+    with pytest.raises(SystemExit) as exc:
+        bake.main([*argv[:-1], "prometheus:9090"])
+    assert exc.value.code == 2 and "is not an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_prometheus_finds_a_node_by_the_host_and_port_the_router_reaches_it_at():
+    assert bake_prometheus.instance("http://10.0.0.1:30000/") == "10.0.0.1:30000"
+    assert bake_prometheus.instance("http://[fd00::1]:30000") == "[fd00::1]:30000"
+    assert bake_prometheus.instance("https://gpu01") == "gpu01:443"
+    assert bake_prometheus.duration_s("1m30s") == 90 and bake_prometheus.duration_s("15s") == 15
 
 
 def test_a_model_without_a_baseline_is_refused(capsys):
