@@ -68,8 +68,13 @@ def _progress(log: Path) -> str:
 
 
 def run(python: str, root: Path = ROOT) -> int:
+    """Run the streams, print their output and the table; the logs folder is removed once printed."""
+    with tempfile.TemporaryDirectory(prefix="test-streams-") as logs:
+        return _run(python, root, Path(logs))
+
+
+def _run(python: str, root: Path, logs: Path) -> int:
     streams = {name: files for name, files in split(test_files(root)).items() if files}
-    logs = Path(tempfile.mkdtemp(prefix="test-streams-"))
     procs, started, ended = {}, time.monotonic(), {}
     beat = started + HEARTBEAT_S
     for index, (name, files) in enumerate(streams.items()):
@@ -79,7 +84,7 @@ def run(python: str, root: Path = ROOT) -> int:
                 subprocess.Popen([python, "-m", "pytest", *files], stdout=out, stderr=subprocess.STDOUT, cwd=root),
                 log,
             )
-        print(f"test-streams: {name}: {len(files)} files, output in {log}", flush=True)
+        print(f"test-streams: {name}: {len(files)} files, output in {log} while it runs", flush=True)
     while len(ended) < len(procs):
         time.sleep(1)
         for name, (proc, _) in procs.items():

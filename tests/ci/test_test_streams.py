@@ -43,7 +43,13 @@ def test_a_failing_stream_fails_the_run_and_the_table_names_it(tmp_path, monkeyp
         (tmp_path / "tests" / folder / "test_one.py").write_text(f"def test_one():\n    {body}\n")
     monkeypatch.setattr(streams, "STREAMS", {"first": ("tests/a/",), "second": ("tests/",)})
     assert streams.run(sys.executable, tmp_path) == 1
-    table = capsys.readouterr().out.split("STREAM")[-1]
+    out = capsys.readouterr().out
+    table = out.split("STREAM")[-1]
+    assert "def test_one():" in out and "assert False" in out  # each stream's output, printed whole
+    logs = {
+        pathlib.Path(line.split("output in ")[1].split()[0]).parent for line in out.splitlines() if "output in" in line
+    }
+    assert len(logs) == 1 and not logs.pop().exists()  # and its folder removed
     assert "first   1      passed" in table and "second  1      FAILED (exit 1)" in table
 
 
