@@ -114,7 +114,8 @@ def _run(python: str, root: Path, logs: Path) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    summary = __doc__.partition("\n\n")[0]
+    parser = argparse.ArgumentParser(description=summary)
     parser.add_argument("--list", action="store_true", help="print each stream's files and run nothing")
     args = parser.parse_args(argv)
     if args.list:

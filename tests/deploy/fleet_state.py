@@ -42,14 +42,14 @@ class State:
     parent: str | None = None
 
 
-def _version(image_id: str | None, images: dict) -> str | None:
-    names = {image.image_id: name for name, image in images.items()}
-    return names.get(image_id, image_id) if image_id else None
-
-
 def node_shape(node, service: str, images: dict) -> NodeShape:
     """The shape `node` has now (`images`: version -> SavedImage)."""
-    containers = {name: (_version(c["image"], images), c["running"]) for name, c in node.containers().items()}
+    versions = {image.image_id: name for name, image in images.items()}
+
+    def version(image_id: str | None) -> str | None:
+        return versions.get(image_id, image_id) if image_id else None
+
+    containers = {name: (version(c["image"]), c["running"]) for name, c in node.containers().items()}
     held = tuple(
         sorted(
             version
@@ -60,7 +60,7 @@ def node_shape(node, service: str, images: dict) -> NodeShape:
     state = node.state(service)
     recorded = None
     if state:
-        recorded = tuple(_version((state.get(k) or {}).get("image_id"), images) for k in ("current", "previous"))
+        recorded = tuple(version((state.get(k) or {}).get("image_id")) for k in ("current", "previous"))
     journals = tuple(sorted(k for k in JOURNALS if (node.state_dir / f"{service}.{k}.json").exists()))
     stage = node.root / "stage"
     staged = tuple(sorted(str(p.relative_to(stage)) for p in stage.rglob("*"))) if stage.is_dir() else ()

@@ -180,18 +180,6 @@ def _watch(condition, action, done: threading.Event, poll: float = 0.2) -> threa
     return thread
 
 
-def _serves(node, image_id: str, any_env: bool = False) -> bool:
-    """Whether `node`'s service container runs `image_id` with ROUTED_ENV (with any environment: `any_env`)."""
-    proc = node.dockerd.docker(
-        "inspect", "--format", "{{.Image}} {{.State.Running}} {{json .Config.Env}}", SERVICE, check=False
-    )
-    if proc.returncode != 0:
-        return False
-    image, running, env = proc.stdout.strip().split(" ", 2)
-    wanted = [f"{key}={value}" for key, value in ROUTED_ENV.items()]
-    return image == image_id and running == "true" and (any_env or set(wanted) <= set(json.loads(env)))
-
-
 def _previous_image(node) -> str | None:
     return (node.containers().get(SERVICE + "-previous") or {}).get("image")
 
@@ -206,10 +194,12 @@ def _bring(routed, previous: str | None = None, any_env: bool = False, **images:
     wrong = [
         name
         for name, node in nodes.items()
-        if not _serves(node, routed.images[version].image_id, any_env)
+        if not _runs_image(node, routed.images[version].image_id, None if any_env else ROUTED_ENV)
         or (previous and _previous_image(node) != routed.images[previous].image_id)
     ]
-    for step in ([previous] if previous else []) + [version] if wrong else []:
+    if not wrong:
+        return
+    for step in [previous, version] if previous else [version]:
         inventory = routed.inventory(f"bring-{step}", step)
         result = ansible_playbook(routed.fleet, "rollout.yml", inventory, "--limit", ",".join(wrong))
         assert result.rc == 0, result.output[-4000:]
@@ -226,9 +216,16 @@ def _kill_when(run: RunningPlaybook, condition, timeout: float = 600):
     return run.kill(), False
 
 
-def _runs_image(node, image_id: str) -> bool:
-    proc = node.dockerd.docker("inspect", "--format", "{{.Image}} {{.State.Running}}", SERVICE, check=False)
-    return proc.stdout.split() == [image_id, "true"]
+def _runs_image(node, image_id: str, env: dict | None = None) -> bool:
+    """Whether `node`'s service container runs `image_id`, with `env` among its environment when given."""
+    proc = node.dockerd.docker(
+        "inspect", "--format", "{{.Image}} {{.State.Running}} {{json .Config.Env}}", SERVICE, check=False
+    )
+    if proc.returncode != 0:
+        return False
+    image, running, environment = proc.stdout.strip().split(" ", 2)
+    wanted = {f"{key}={value}" for key, value in (env or {}).items()}
+    return image == image_id and running == "true" and wanted <= set(json.loads(environment))
 
 
 # ------------------------------------------------------------------------------------------------ rollouts
