@@ -7,9 +7,10 @@ fleet of three nodes on its own random subnet and namespaces, its own Docker dae
 nothing but the machine.
 
 The split is by file, decided here (`STREAMS`: the first stream whose prefix a file matches takes it, the
-last takes the rest), and every test file lands in exactly one stream (tests/structure/test_test_streams.py).
+last takes the rest), and every test file lands in exactly one stream (tests/ci/test_test_streams.py).
 While the streams run a line per minute says how far each has got; at the end each stream's output is
-printed whole, then a table (stream, files, outcome, wall time). Exit 0 when every stream passed, else 1.
+printed whole (ending with its slowest tests), then a table (stream, files, outcome, wall time). Exit 0
+when every stream passed, else 1.
 
     python3 scripts/test_streams.py [--list]     (--list: the files of each stream, nothing run)
 """
@@ -37,6 +38,8 @@ STREAMS = {
     "the rest": ("tests/",),
 }
 HEARTBEAT_S = 60
+#: each stream's output ends with its slowest tests (pytest --durations), where the CI time goes
+SLOWEST = 12
 COLLECTED = re.compile(r"^collected (\d+) items", re.M)
 # pytest's progress lines: a file's path, then a letter a test (a long file's letters go on over more lines)
 OUTCOMES = re.compile(r"^(?:tests/\S+ )?([.FEsxX]+) *(?:\[ *\d+%\])?$", re.M)
@@ -81,7 +84,12 @@ def _run(python: str, root: Path, logs: Path) -> int:
         log = logs / f"{index}.log"
         with log.open("wb") as out:
             procs[name] = (
-                subprocess.Popen([python, "-m", "pytest", *files], stdout=out, stderr=subprocess.STDOUT, cwd=root),
+                subprocess.Popen(
+                    [python, "-m", "pytest", f"--durations={SLOWEST}", *files],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=root,
+                ),
                 log,
             )
         print(f"test-streams: {name}: {len(files)} files, output in {log} while it runs", flush=True)

@@ -1,7 +1,9 @@
 """Session fixtures of the rollout tests: the stand-in server images and a fleet of three test nodes.
 
 Both are built once per session and torn down (processes stopped by PID, namespaces deleted,
-directories removed) when the session ends, also after a failure.
+directories removed) when the session ends, also after a failure. A failing test that used the fleet gets
+the playbook runs it made (the fleet's ansible.log since the test began) in its report, so a failure on
+CI can be read from the CI log alone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ import pytest
 
 from tests.deploy.fleet import start_fleet
 from tests.deploy.standin_image import build_saved_images
+
+#: where the fleet's ansible.log stood when a test's call began
+_LOG_START = pytest.StashKey[int]()
+#: the most of a failing test's playbook output its report carries (the end of it)
+REPORTED_LOG_CHARS = 12000
 
 
 def _require_root_tools() -> None:
@@ -41,3 +48,31 @@ def fleet(tmp_path_factory):
         yield fleet
     finally:
         fleet.stop()
+
+
+def _ansible_log(item):
+    fleet = getattr(item, "funcargs", {}).get("fleet")
+    return fleet.root / "ansible.log" if fleet is not None else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    log = _ansible_log(item)
+    if log is not None:
+        item.stash[_LOG_START] = log.stat().st_size if log.exists() else 0
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    log = _ansible_log(item)
+    if report.failed and call.when == "call" and log is not None and log.exists():
+        with log.open("rb") as fh:
+            fh.seek(item.stash.get(_LOG_START, 0))
+            runs = fh.read().decode(errors="replace")
+        if runs.strip():
+            report.sections.append(
+                ("playbook runs of this test (the end of the fleet's ansible.log)", runs[-REPORTED_LOG_CHARS:])
+            )
+    return report

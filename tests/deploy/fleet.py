@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.infra.dockerd import Dockerd, start_dockerd
+from tests.infra.dockerd import Dockerd, start_dockerd, unmount_below
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"  # compiled into Debian's sshd
@@ -189,6 +189,9 @@ class Fleet:
         for ns in reversed(self.namespaces):
             run("ip", "netns", "delete", ns, check=False)
         self.namespaces.clear()
+        # the nodes' Docker daemons can leave their data roots mounted after they stopped, and pytest's
+        # clean-up of old session folders cannot remove a folder something is mounted on
+        unmount_below(self.root)
 
 
 def start_fleet(root: Path, count: int = 3) -> Fleet:
