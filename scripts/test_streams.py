@@ -9,8 +9,8 @@ nothing but the machine.
 The split is by file, decided here (`STREAMS`: the first stream whose prefix a file matches takes it, the
 last takes the rest), and every test file lands in exactly one stream (tests/ci/test_test_streams.py).
 While the streams run a line per minute says how far each has got; at the end each stream's output is
-printed whole (ending with its slowest tests), then a table (stream, files, outcome, wall time). Exit 0
-when every stream passed, else 1.
+printed whole (ending with its slowest tests), then a table (stream, files, outcome, wall time) and the
+time per test folder (from each stream's JUnit report). Exit 0 when every stream passed, else 1.
 
     python3 scripts/test_streams.py [--list]     (--list: the files of each stream, nothing run)
 """
@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +87,7 @@ def _run(python: str, root: Path, logs: Path) -> int:
         with log.open("wb") as out:
             procs[name] = (
                 subprocess.Popen(
-                    [python, "-m", "pytest", f"--durations={SLOWEST}", *files],
+                    [python, "-m", "pytest", f"--durations={SLOWEST}", f"--junitxml={logs / f'{index}.xml'}", *files],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     cwd=root,
@@ -117,8 +119,37 @@ def _run(python: str, root: Path, logs: Path) -> int:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print()
+    print(folder_table(folder_times(sorted(logs.glob("*.xml")))))
     print(f"test-streams: all streams took {(time.monotonic() - started) / 60:.1f} min", flush=True)
     return 0 if all(proc.returncode == 0 for proc, _ in procs.values()) else 1
+
+
+def folder_times(reports: list[Path]) -> dict[str, list]:
+    """tests/<folder> -> [tests, seconds] from the streams' JUnit reports (a test's setup, call and teardown)."""
+    out = defaultdict(lambda: [0, 0.0])
+    for report in reports:
+        try:
+            cases = ET.parse(report).getroot().iter("testcase")
+        except (OSError, ET.ParseError):  # a stream that died before writing its report
+            continue
+        for case in cases:
+            parts = case.get("classname", "").split(".")
+            folder = "/".join(parts[:2]) if len(parts) > 2 else "tests"
+            out[folder][0] += 1
+            out[folder][1] += float(case.get("time") or 0)
+    return dict(out)
+
+
+def folder_table(times: dict[str, list]) -> str:
+    """The time per test folder, longest first: the sum of its tests' times within their stream (streams
+    run side by side on shared cores, so a folder's time is not wall time saved by removing it)."""
+    rows = [("FOLDER", "TESTS", "MINUTES")] + [
+        (folder, str(count), f"{seconds / 60:.1f}")
+        for folder, (count, seconds) in sorted(times.items(), key=lambda item: -item[1][1])
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
 def main(argv=None) -> int:

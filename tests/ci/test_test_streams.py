@@ -51,6 +51,10 @@ def test_a_failing_stream_fails_the_run_and_the_table_names_it(tmp_path, monkeyp
     }
     assert len(logs) == 1 and not logs.pop().exists()  # and its folder removed
     assert "first   1      passed" in table and "second  1      FAILED (exit 1)" in table
+    # the time per test folder, from each stream's JUnit report
+    folders = out.split("FOLDER")[-1].splitlines()
+    assert folders[0].split() == ["TESTS", "MINUTES"]
+    assert sorted(line.split()[:2] for line in folders[1:3]) == [["tests/a", "1"], ["tests/b", "1"]]
 
 
 def test_progress_counts_the_tests_done_over_wrapped_lines(tmp_path):
