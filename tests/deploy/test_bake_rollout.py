@@ -156,6 +156,9 @@ def test_the_same_rollout_with_a_good_draft_is_promoted(baked, on_v1):
     assert all(c["image"] == v2 for c in _containers(baked.fleet).values())
     last = _last_bake(baked.fleet.nodes[0])
     assert last["verdict"] == "promote" and last["old"] == ["node2", "node3"], last
+    # no weight is set: round robin gives the canary an even share of the bake's traffic, 1/3 here
+    served = next(r for r in last["rows"] if r["metric"] == "requests")
+    assert 0.2 <= served["canary"] / (served["canary"] + served["old"]) <= 0.5, served
     assert "bake of node1 against node2, node3, 6 s of live traffic ending " in result.output
     assert "PASSED, promote" in result.output
     # make fleet-status shows the canary's last bake, and where its numbers came from
