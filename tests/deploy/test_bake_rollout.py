@@ -21,7 +21,7 @@ import pytest
 
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
 from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, start_router
-from tests.deploy.runner import RunningPlaybook, ansible_playbook, write_inventory
+from tests.deploy.runner import RunningPlaybook, ansible_playbook, fleet_status, write_inventory
 from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _kill_when, _no_journals, _urls
 
 pytestmark = pytest.mark.slow
@@ -156,8 +156,20 @@ def test_the_same_rollout_with_a_good_draft_is_promoted(baked, on_v1):
     assert all(c["image"] == v2 for c in _containers(baked.fleet).values())
     last = _last_bake(baked.fleet.nodes[0])
     assert last["verdict"] == "promote" and last["old"] == ["node2", "node3"], last
+    # no weight is set: round robin gives the canary an even share of the bake's traffic, 1/3 here
+    served = next(r for r in last["rows"] if r["metric"] == "requests")
+    assert 0.2 <= served["canary"] / (served["canary"] + served["old"]) <= 0.5, served
     assert "bake of node1 against node2, node3, 6 s of live traffic ending " in result.output
     assert "PASSED, promote" in result.output
+    # make fleet-status shows the canary's last bake, and where its numbers came from
+    report = baked.root / "good-status.json"
+    status = fleet_status(baked.fleet, _inventory(baked, "good-status"), "-e", f"sglang_status_json={report}")
+    assert status.rc == 0, status.output[-4000:]
+    bake = {row["host"]: row for row in json.loads(report.read_text())["nodes"]}["node1"]["last_bake"]
+    assert bake["verdict"] == "promote" and bake["source"] == "the nodes' /metrics", bake
+    assert bake["line"].endswith("PASSED, promote (numbers from the nodes' /metrics)")
+    # the printed line is YAML (a quote doubled), maybe folded
+    assert "PASSED, promote (numbers from the nodes" in " ".join(status.output.split())
     assert _no_journals(baked.fleet) == []
 
 

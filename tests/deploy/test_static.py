@@ -447,6 +447,29 @@ def test_watch_table_fits_120_columns_and_says_what_it_does_not_know():
     assert len(one_fold) <= 120 - len("        ")  # the default callback indents a block by 8
 
 
+def test_the_last_bake_keeps_its_verdict_and_says_where_its_numbers_came_from():
+    f = _filters()
+    report = {
+        "verdict": "fail",
+        "headline": "bake of node1 against node2: FAILED on accept length",
+        "ended_at": "2026-12-06T09:00:00Z",
+        "run_id": "r1",
+        "image": "rso:v2",
+        "failed_rows": ["accept length"],
+        "source": "Prometheus http://prom:9090 (job sglang)",
+        "rows": [{"metric": "accept length"}],
+        "table": "...",
+    }
+    bake = f.sglang_bake_summary(report)
+    assert set(bake) == {"verdict", "headline", "ended_at", "run_id", "image", "failed_rows", "source", "line"}
+    assert bake["line"] == (
+        "bake of node1 against node2: FAILED on accept length (numbers from Prometheus http://prom:9090 (job sglang))"
+    )
+    # a bake that could not be measured has no source: its headline alone
+    unmeasured = f.sglang_bake_summary({"verdict": "no-verdict", "headline": "bake of node1: NO VERDICT"})
+    assert unmeasured["line"] == "bake of node1: NO VERDICT" and unmeasured["source"] is None
+
+
 def test_image_names_are_tags_not_ids():
     f = _filters()
     assert f.sglang_image_name("rso:v2") == "rso:v2"

@@ -179,6 +179,15 @@ def sglang_smoke_summary(report):
     }
 
 
+def sglang_bake_summary(report):
+    """What `make fleet-status` keeps of a node's last canary bake (<state dir>/bake/<name>.json): the
+    verdict, its headline, where the numbers came from, and `line`, the headline with that source."""
+    kept = {k: report.get(k) for k in ("verdict", "headline", "ended_at", "run_id", "image", "failed_rows", "source")}
+    source = kept["source"]
+    kept["line"] = f"{kept['headline']} (numbers from {source})" if source else kept["headline"]
+    return kept
+
+
 def sglang_watch_table(rows):
     """The second status table: per node, the fold its serving processes commit with, their self-check
     outcomes, the commit shapes that fell back to SGLang's fold, and the last periodic smoke. "-" where the
@@ -219,5 +228,6 @@ class FilterModule:
             "sglang_status_verdict": sglang_status_verdict,
             "sglang_foreign_workers": sglang_foreign_workers,
             "sglang_smoke_summary": sglang_smoke_summary,
+            "sglang_bake_summary": sglang_bake_summary,
             "sglang_watch_table": sglang_watch_table,
         }
