@@ -19,6 +19,7 @@ import re
 
 import pytest
 
+from tests.deploy.bake_thresholds import THRESHOLDS
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
 from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, start_router
 from tests.deploy.runner import RunningPlaybook, ansible_playbook, fleet_status, write_inventory
@@ -38,14 +39,6 @@ BAKE = {
     "sglang_bake_accept_tolerance": 0.2,
 }
 LOAD_TOKENS = 16
-THRESHOLDS = """\
-profiles:
-  - name: test-fleet
-    match: ["*"]
-    acceptance:
-      prose: {min_mean_accept_length: 1.0}
-    baseline_accept_length: {prose: 2.8}
-"""
 
 
 def _env(extra: str) -> dict:
