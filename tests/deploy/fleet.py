@@ -145,9 +145,16 @@ class Node:
             log.close()
 
     def stop_sshd(self) -> None:
-        """Stop the node's sshd by its PID: the node is unreachable over SSH until `start_sshd`."""
+        """Stop the node's sshd by its PID, and the connections it serves (an SSH multiplexing master's
+        among them): the node is unreachable over SSH until `start_sshd`, as a lost node is."""
         if self.sshd is not None:
+            connections = descendants(self.sshd.pid)
             terminate(self.sshd)
+            for pid in connections:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             self.sshd = None
 
     def state(self, service: str) -> dict:
@@ -319,6 +326,24 @@ def _wait_for_ssh(fleet: Fleet, node: Node) -> None:
         last = proc.stderr.strip()
         time.sleep(0.3)
     raise RuntimeError(f"ssh to {node.name} ({node.address}) did not answer within {SSH_READY_TIMEOUT_S} s: {last}")
+
+
+def descendants(pid: int) -> list[int]:
+    """The PIDs of every process below `pid` (children, their children, ...), from /proc."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                # the parent is the 2nd field after the command, which is in parentheses and may hold spaces
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
 
 
 def terminate(proc: subprocess.Popen) -> None:

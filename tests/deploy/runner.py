@@ -54,6 +54,10 @@ COMMON_VARS = {
 }
 
 
+#: how long an idle SSH multiplexing master stays (Ansible's default is 60 s)
+SSH_PERSIST_S = 20
+
+
 @dataclass
 class Result:
     rc: int
@@ -91,8 +95,13 @@ def _playbook_command(fleet: Fleet, playbook: str, inventory: Path, args: tuple[
     env.update(
         {
             "ANSIBLE_CONFIG": str(DEPLOY / "ansible.cfg"),
-            # no SSH multiplexing: no mux process may outlive a play
-            "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPersist=no -o UserKnownHostsFile=/dev/null",
+            # SSH multiplexing as Ansible's default has it (one connection per node, each task a session over
+            # it), which spares a key exchange per task (notes/decisions.md). The masters live in the fleet's
+            # folder, end when their node's sshd is stopped (Node.stop_sshd), and end by themselves when idle.
+            "ANSIBLE_SSH_ARGS": (
+                f"-o ControlMaster=auto -o ControlPersist={SSH_PERSIST_S}s -o UserKnownHostsFile=/dev/null"
+            ),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(fleet.root / "cp"),
             "ANSIBLE_HOST_KEY_CHECKING": "False",
             # a loaded 2-core machine's sshd now and then resets a connection during key exchange
             "ANSIBLE_SSH_RETRIES": "3",
