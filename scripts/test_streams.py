@@ -1,10 +1,10 @@
 """Run every test in three pytest processes at once (`make test`), each over its own share of the test files.
 
-Why: most of the suite's time is the rollout modules waiting on their test fleets (Ansible over SSH, Docker
-daemons, health polls), not the CPU. One process ran them one after another for about 55 minutes on the
-2-core CI machine; three run side by side in about 40. Each process builds its own session fixtures (a
-fleet of three nodes on its own random subnet and namespaces, its own Docker daemons), so the streams share
-nothing but the machine.
+Why: one process leaves a core idle while a rollout module waits on its fleet (Ansible over SSH, Docker
+daemons, health polls); three side by side keep both cores of the CI machine busy, so the suite takes about
+its CPU time over two cores (35 minutes). Each process builds its own session fixtures (a fleet of three
+nodes on its own random subnet and namespaces, its own Docker daemons), so the streams share nothing but the
+machine.
 
 The split is by file, decided here (`STREAMS`: the first stream whose prefix a file matches takes it, the
 last takes the rest), and every test file lands in exactly one stream (tests/ci/test_test_streams.py).
@@ -135,7 +135,7 @@ def folder_times(reports: list[Path]) -> dict[str, list]:
             continue
         for case in cases:
             parts = case.get("classname", "").split(".")
-            folder = "/".join(parts[:2]) if len(parts) > 2 else "tests"
+            folder = "/".join(parts[:2]) if len(parts) > 2 else "tests/*.py"
             out[folder][0] += 1
             out[folder][1] += float(case.get("time") or 0)
     return dict(out)
