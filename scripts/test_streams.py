@@ -115,10 +115,7 @@ def _run(python: str, root: Path, logs: Path) -> int:
         outcome = "passed" if rc == 0 else ("no tests collected" if rc == 5 else f"FAILED (exit {rc})")
         rows.append((name, str(len(streams[name])), outcome, f"{ended[name] / 60:.1f} min"))
     print()
-    header = ("STREAM", "FILES", "OUTCOME", "WALL")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print(columns([("STREAM", "FILES", "OUTCOME", "WALL"), *rows]))
     print()
     print(folder_table(folder_times(sorted(logs.glob("*.xml")))))
     print(f"test-streams: all streams took {(time.monotonic() - started) / 60:.1f} min", flush=True)
@@ -144,11 +141,16 @@ def folder_times(reports: list[Path]) -> dict[str, list]:
 def folder_table(times: dict[str, list]) -> str:
     """The time per test folder, longest first: the sum of its tests' times within their stream (streams
     run side by side on shared cores, so a folder's time is not wall time saved by removing it)."""
-    rows = [("FOLDER", "TESTS", "MINUTES")] + [
+    rows = [
         (folder, str(count), f"{seconds / 60:.1f}")
         for folder, (count, seconds) in sorted(times.items(), key=lambda item: -item[1][1])
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return columns([("FOLDER", "TESTS", "MINUTES"), *rows])
+
+
+def columns(rows: list[tuple[str, ...]]) -> str:
+    """`rows` (the first one the header) as left-aligned columns two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 

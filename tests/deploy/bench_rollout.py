@@ -78,8 +78,11 @@ def _rollout(fleet, router, image, root: Path, row: Row) -> dict:
     name = row.name
     extra = {"sglang_router_url": router.url, "sglang_canary_bake": row.bake_s} if row.integration else {}
     if row.bake_s:
-        extra.update(BAKE_SETTINGS, sglang_bake_thresholds=str(root / "thresholds.yaml"))
-        extra.update(sglang_bake_report_dir=str(root / "bake"))
+        extra.update(
+            BAKE_SETTINGS,
+            sglang_bake_thresholds=str(root / "thresholds.yaml"),
+            sglang_bake_report_dir=str(root / "bake"),
+        )
     stem = "".join(c if c.isalnum() else "-" for c in name)
     inventory = write_inventory(fleet, root / f"{stem}.json", image, sglang_env=ROUTED_ENV, **extra)
     load = Background(fleet, router.url, LOAD_REQUESTS, LOAD_CONCURRENCY, root / f"{stem}.load.json")
