@@ -1,6 +1,7 @@
 """A fleet test that fails carries the playbook runs it made in its report (tests/deploy/conftest.py), so a
 failure on CI can be read from the CI log alone: what the test's playbooks printed, and nothing of the
-runs before it. Run in a pytest of its own over a stand-in `fleet` fixture (a folder with an ansible.log)."""
+runs before it, the failed task before the log's tail (CI shows a report's start and end). Run in a
+pytest of its own over a stand-in `fleet` fixture (a folder with an ansible.log)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def _run(fleet, text):
         fh.write(text)
 
 def test_fails(fleet):
-    _run(fleet, "===== deploy.yml (rc 2)\\nnode1: only 0.2 GB free\\n")
+    _run(fleet, "===== deploy.yml (rc 2)\\nTASK [Check] ***\\nok: [node2]\\n\\nTASK [Free disk] ***\\n"
+         "fatal: [node1]: FAILED! =>\\n    msg: 'node1: only 0.2 GB free'\\n\\nTASK [Later] ***\\nok: [node2]\\n"
+         + "filler\\n" * 3000)
     assert False
 
 def test_passes(fleet):
@@ -54,5 +57,10 @@ def test_a_failing_fleet_test_reports_its_own_playbook_runs_only(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 failed, 1 passed" in proc.stdout
     assert "playbook runs of this test (the end of the fleet's ansible.log)" in proc.stdout
-    assert "node1: only 0.2 GB free" in proc.stdout
+    failed = proc.stdout.index("failed tasks of this test's playbook runs")
+    tail = proc.stdout.index("playbook runs of this test (the end of the fleet's ansible.log)")
+    # (the message is in the failing test's source above too, hence the search from the section on)
+    assert proc.stdout.index("node1: only 0.2 GB free", failed) < tail
+    # the failed block alone: not the tasks that passed around it
+    assert "TASK [Check]" not in proc.stdout[failed:tail] and "TASK [Later]" not in proc.stdout[failed:tail]
     assert "BEFORE THE TEST" not in proc.stdout and "PASSING RUN" not in proc.stdout

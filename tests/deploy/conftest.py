@@ -2,8 +2,8 @@
 
 Both are built once per session and torn down (processes stopped by PID, namespaces deleted,
 directories removed) when the session ends, also after a failure. A failing test that used the fleet gets
-the playbook runs it made (the fleet's ansible.log since the test began) in its report, so a failure on
-CI can be read from the CI log alone.
+the playbook runs it made (the fleet's ansible.log since the test began) in its report, the failed tasks
+first (tests/deploy/failure_report.py), so a failure on CI can be read from the CI log alone.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from tests.deploy.failure_report import failed_tasks
 from tests.deploy.fleet import start_fleet
 from tests.deploy.standin_image import build_saved_images
 
@@ -71,6 +72,9 @@ def pytest_runtest_makereport(item, call):
         with log.open("rb") as fh:
             fh.seek(item.stash.get(_LOG_START, 0))
             runs = fh.read().decode(errors="replace")
+        failed = failed_tasks(runs)
+        if failed:
+            report.sections.append(("failed tasks of this test's playbook runs", failed))
         if runs.strip():
             report.sections.append(
                 ("playbook runs of this test (the end of the fleet's ansible.log)", runs[-REPORTED_LOG_CHARS:])
