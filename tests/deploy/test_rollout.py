@@ -205,6 +205,21 @@ def test_bad_node_stops_the_preflight(fleet, saved_images, tmp_path, case):
 
 
 @pytest.mark.fleet_state("v1")
+def test_a_node_whose_shell_start_up_prints_passes_the_preflight(fleet, saved_images, tmp_path):
+    """The Python probe runs through the login shell on a terminal: lines a node's ~/.bashrc prints (a
+    banner, a version manager's warning on stderr) come before the probe's own."""
+    bashrc = fleet.nodes[2].root / "home" / ".bashrc"
+    bashrc.write_text("echo 'Welcome to node3'\necho 'pyenv: cannot rehash' >&2\n")
+    try:
+        inventory = write_inventory(fleet, tmp_path / "inv.json", saved_images["v2"])
+        result = ansible_playbook(fleet, "preflight.yml", inventory, "--limit", "node3")
+    finally:
+        bashrc.unlink()
+    assert result.rc == 0, result.output[-3000:]
+    assert result.recap["node3"]["failed"] == 0
+
+
+@pytest.mark.fleet_state("v1")
 def test_preflight_checks_space_where_the_tarball_is_staged(fleet, saved_images, tmp_path):
     """A (sparse) 8 TiB tarball: more than any test node's staging folder holds."""
     huge = tmp_path / "huge.tar.gz"
