@@ -8,9 +8,10 @@ machine.
 
 The split is by file, decided here (`STREAMS`: the first stream whose prefix a file matches takes it, the
 last takes the rest), and every test file lands in exactly one stream (tests/ci/test_test_streams.py).
-While the streams run a line per minute says how far each has got; at the end each stream's output is
-printed whole (ending with its slowest tests), then a table (stream, files, outcome, wall time) and the
-time per test folder (from each stream's JUnit report). Exit 0 when every stream passed, else 1.
+While the streams run a line per minute says how far each has got and the free space where the tests write;
+at the end each stream's output is printed whole (ending with its slowest tests), then a table (stream,
+files, outcome, wall time), the time per test folder (from each stream's JUnit report) and the least free
+space seen. Exit 0 when every stream passed, else 1.
 
     python3 scripts/test_streams.py [--list]     (--list: the files of each stream, nothing run)
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,6 +74,12 @@ def _progress(log: Path) -> str:
     return f"{sum(map(len, OUTCOMES.findall(text)))}/{collected.group(1)}"
 
 
+def _free_gb() -> float:
+    """Free space where the tests write (the fleets' Docker data, images, copies of SGLang), in GB: the
+    run prints its low-water mark, so a run that failed for space says so."""
+    return shutil.disk_usage(tempfile.gettempdir()).free / 1e9
+
+
 def run(python: str, root: Path = ROOT) -> int:
     """Run the streams, print their output and the table; the logs folder is removed once printed."""
     with tempfile.TemporaryDirectory(prefix="test-streams-") as logs:
@@ -95,8 +103,10 @@ def _run(python: str, root: Path, logs: Path) -> int:
                 log,
             )
         print(f"test-streams: {name}: {len(files)} files, output in {log} while it runs", flush=True)
+    least_free = _free_gb()
     while len(ended) < len(procs):
         time.sleep(1)
+        least_free = min(least_free, _free_gb())
         for name, (proc, _) in procs.items():
             if name not in ended and proc.poll() is not None:
                 ended[name] = time.monotonic() - started
@@ -106,7 +116,11 @@ def _run(python: str, root: Path, logs: Path) -> int:
         if len(ended) < len(procs) and time.monotonic() >= beat:
             beat += HEARTBEAT_S
             running = ", ".join(f"{n} {_progress(log)}" for n, (p, log) in procs.items() if n not in ended)
-            print(f"test-streams: {(time.monotonic() - started) / 60:.0f} min: {running}", flush=True)
+            print(
+                f"test-streams: {(time.monotonic() - started) / 60:.0f} min: {running}; "
+                f"{_free_gb():.1f} GB free in {tempfile.gettempdir()}",
+                flush=True,
+            )
     rows = []
     for name, (proc, log) in procs.items():
         print(f"\n{'=' * 30} stream: {name} {'=' * 30}", flush=True)
@@ -118,6 +132,7 @@ def _run(python: str, root: Path, logs: Path) -> int:
     print(columns([("STREAM", "FILES", "OUTCOME", "WALL"), *rows]))
     print()
     print(folder_table(folder_times(sorted(logs.glob("*.xml")))))
+    print(f"test-streams: the least free space in {tempfile.gettempdir()} was {least_free:.1f} GB", flush=True)
     print(f"test-streams: all streams took {(time.monotonic() - started) / 60:.1f} min", flush=True)
     return 0 if all(proc.returncode == 0 for proc, _ in procs.values()) else 1
 

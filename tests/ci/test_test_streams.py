@@ -5,7 +5,10 @@ a run over a small tree shows a failing stream fails the whole run and is named 
 
 import importlib.util
 import pathlib
+import re
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -55,6 +58,10 @@ def test_a_failing_stream_fails_the_run_and_the_table_names_it(tmp_path, monkeyp
     folders = out.split("FOLDER")[-1].splitlines()
     assert folders[0].split() == ["TESTS", "MINUTES"]
     assert sorted(line.split()[:2] for line in folders[1:3]) == [["tests/a", "1"], ["tests/b", "1"]]
+    # the low-water mark of the free space where the tests write
+    least = re.search(r"the least free space in (\S+) was ([0-9.]+) GB", out)
+    assert least and least[1] == tempfile.gettempdir()
+    assert 0 < float(least[2]) <= shutil.disk_usage(least[1]).free / 1e9 + 1
 
 
 def test_progress_counts_the_tests_done_over_wrapped_lines(tmp_path):
