@@ -58,8 +58,18 @@ def _non_negative(value: str) -> float:
     return number
 
 
-def baseline(model: list[str], algorithm: str | None, path: str | None) -> float:
-    """The model's baseline accept length: the lowest class's `baseline_accept_length` of its profile."""
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return number
+
+
+def baselines(model: list[str], algorithm: str | None, path: str | None) -> dict[str, float]:
+    """The model's baseline accept lengths by request class (its profile's `baseline_accept_length`)."""
     source, profiles = thresholds.load_profiles(path)
     profile = thresholds.select_profile(source, profiles, model, algorithm)
     if not profile.baseline_accept_length:
@@ -69,7 +79,7 @@ def baseline(model: list[str], algorithm: str | None, path: str | None) -> float
             "add baseline_accept_length: {<class>: <value>, ...} to that profile (measured on a node known to be "
             "good), or name a thresholds file (sglang_bake_thresholds) whose profile for this model has one",
         )
-    return min(profile.baseline_accept_length.values())
+    return dict(profile.baseline_accept_length)
 
 
 def _read(nodes: list[tuple[str, str]]) -> dict[str, dict]:
@@ -149,11 +159,12 @@ def judge(args) -> dict:
         latency=args.latency_tolerance,
         baseline_fraction=args.baseline_fraction,
         min_requests=doc["min_requests"],
+        min_class_requests=args.min_class_requests,
     )
     result = bake_rows.compare(
         canary,
         old,
-        baseline(args.model, args.algorithm, args.thresholds),
+        baselines(args.model, args.algorithm, args.thresholds),
         tol,
         (_overlay(args.canary_overlay), _overlay(args.old_overlay)),
     )
@@ -216,6 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     judged.add_argument("--aborted-tolerance", type=_fraction, default=bake_rows.Tolerances.aborted)
     judged.add_argument("--latency-tolerance", type=_non_negative, default=bake_rows.Tolerances.latency)
     judged.add_argument("--baseline-fraction", type=_fraction, default=bake_rows.Tolerances.baseline_fraction)
+    judged.add_argument(
+        "--min-class-requests",
+        type=_count,
+        default=bake_rows.Tolerances.min_class_requests,
+        help="canary requests of a request class (SGLang's custom label `class`) for its own accept-length row "
+        "to be judged; fewer are shown only",
+    )
     timing = argparse.ArgumentParser(add_help=False)
     timing.add_argument("--seconds", type=float, required=True, help="how long the canary serves before the verdict")
     timing.add_argument("--poll", type=float, default=15.0, help="seconds between readings while waiting for traffic")
@@ -280,9 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.step == "check":
             if args.prometheus:
                 _check_prometheus(args)
+            by_class = baselines(args.model, args.algorithm, args.thresholds)
             print(
-                f"bake settings valid; the model's baseline accept length is "
-                f"{baseline(args.model, args.algorithm, args.thresholds):g}"
+                f"bake settings valid; the model's baseline accept length is {min(by_class.values()):g} (by class: "
+                + ", ".join(f"{cls} {value:g}" for cls, value in sorted(by_class.items()))
+                + ")"
             )
             return EXIT_OK
         if args.step == "measure":

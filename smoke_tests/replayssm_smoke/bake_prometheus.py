@@ -97,7 +97,15 @@ class Prometheus:
         for key, name in bake_rows.HISTOGRAMS.items():
             rows = self._vector(f"sum by (le) ({name}_bucket{where})", at)
             histograms[key] = {float(labels["le"]): value for labels, value in rows if "le" in labels}
-        return {"counters": counters, "histograms": histograms}
+        label, labelled = bake_rows.CLASS_LABEL, where[:-1] + f', {bake_rows.CLASS_LABEL}!=""}}'
+        by_counter = {
+            key: {
+                labels[label]: value
+                for labels, value in self._vector(f"sum by ({label}) ({bake_rows.COUNTERS[key]}{labelled})", at)
+            }
+            for key in bake_rows.CLASS_COUNTERS
+        }
+        return {"counters": counters, "histograms": histograms, "classes": bake_rows.classes(by_counter)}
 
     def readings(self, nodes: list[tuple[str, str]], start: float, end: float) -> tuple[dict, dict]:
         """Every node's reading at `start` and at `end`; unusable when a counter went back in between."""

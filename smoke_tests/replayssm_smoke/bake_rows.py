@@ -10,6 +10,11 @@ use it) is a second floor for acceptance only. Acceptance is the token-weighted 
 cross-check), aborts are `sglang:num_aborted_requests_total` over `sglang:num_requests_total`, latency the
 p50 and p99 of SGLang's time-to-first-token and inter-token histograms over the bake. The overlay's facts
 (fold in use, fallback shapes, self-check outcomes) must not be worse on the canary than on the old nodes.
+
+Where the requests carry a request class (SGLang's tokenizer custom label `class`, allowed with
+`--tokenizer-metrics-allowed-custom-labels class`, as the live alerts read it), acceptance is compared per class
+too, each against the old nodes' same class and that class's baseline: a draft that collapses on one class of a
+mixed load moves the overall accept length by that class's share only, and can pass on it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ COUNTERS = {
     "requests": "sglang:num_requests_total",
     "aborted": "sglang:num_aborted_requests_total",
 }
+#: the counters compared per request class (the `class` label), for acceptance
+CLASS_LABEL = "class"
+CLASS_COUNTERS = ("generation_tokens", "verify_calls", "requests")
 HISTOGRAMS = {"ttft": "sglang:time_to_first_token_seconds", "itl": "sglang:inter_token_latency_seconds"}
 LATENCY_ROWS = (
     ("TTFT p50 (s)", "ttft", 0.5),
@@ -43,6 +51,7 @@ class Tolerances:
     latency: float = 0.50  # each latency quantile at most old x (1 + latency)
     baseline_fraction: float = 0.60  # accept length at least baseline x this (the live alerts' fraction)
     min_requests: int = 100  # requests the canary must have served for any verdict
+    min_class_requests: int = 20  # a class's requests on the canary for its own row to be judged (else shown)
 
 
 def reading(text: str) -> dict:
@@ -51,17 +60,28 @@ def reading(text: str) -> dict:
     return {
         "counters": {key: promseries.total(series, name) or 0.0 for key, name in COUNTERS.items()},
         "histograms": {key: promseries.buckets(series, name) for key, name in HISTOGRAMS.items()},
+        "classes": classes({key: promseries.by_label(series, COUNTERS[key], CLASS_LABEL) for key in CLASS_COUNTERS}),
     }
+
+
+def classes(by_counter: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """{class: {counter: value}} from {counter: {class: value}}, every class with every counter."""
+    names = sorted({cls for values in by_counter.values() for cls in values})
+    return {cls: {key: by_counter.get(key, {}).get(cls, 0.0) for key in CLASS_COUNTERS} for cls in names}
 
 
 def combined(readings: list[dict]) -> dict:
     """Several nodes' readings as one (counters and buckets summed)."""
-    out = {"counters": {key: 0.0 for key in COUNTERS}, "histograms": {key: {} for key in HISTOGRAMS}}
+    out = {"counters": {key: 0.0 for key in COUNTERS}, "histograms": {key: {} for key in HISTOGRAMS}, "classes": {}}
     for one in readings:
         for key in COUNTERS:
             out["counters"][key] += one["counters"][key]
         for key in HISTOGRAMS:
             out["histograms"][key] = promseries.add(out["histograms"][key], one["histograms"][key])
+        for cls, counters in one.get("classes", {}).items():
+            mine = out["classes"].setdefault(cls, dict.fromkeys(CLASS_COUNTERS, 0.0))
+            for key in CLASS_COUNTERS:
+                mine[key] += counters[key]
     return out
 
 
@@ -81,11 +101,23 @@ def window(start: dict, end: dict) -> dict:
         "requests": int(delta["requests"]),
         "aborted": int(delta["aborted"]),
         "aborted_share": delta["aborted"] / delta["requests"] if delta["requests"] else None,
-        "accept_length": delta["generation_tokens"] / delta["verify_calls"] if delta["verify_calls"] else None,
+        "accept_length": _accept_length(delta),
+        "classes": {},
     }
     for label, key, q in LATENCY_ROWS:
         out[label] = promseries.quantile(q, hist[key])
+    before = start.get("classes", {})
+    for cls, counters in end.get("classes", {}).items():
+        first = before.get(cls, {})
+        served = {key: max(0.0, counters[key] - first.get(key, 0.0)) for key in CLASS_COUNTERS}
+        if served["requests"]:
+            out["classes"][cls] = {"requests": int(served["requests"]), "accept_length": _accept_length(served)}
     return out
+
+
+def _accept_length(counted: dict) -> float | None:
+    """The token-weighted accept length: generated tokens per verify call."""
+    return counted["generation_tokens"] / counted["verify_calls"] if counted["verify_calls"] else None
 
 
 def _row(metric: str, canary, old, baseline, tolerance: str, ok: bool | None) -> dict:
@@ -99,7 +131,9 @@ def _row(metric: str, canary, old, baseline, tolerance: str, ok: bool | None) ->
     }
 
 
-def _accept_row(canary: dict, old: dict | None, baseline: float | None, tol: Tolerances) -> dict:
+def _accept_row(
+    canary: dict, old: dict | None, baseline: float | None, tol: Tolerances, metric: str = "accept length"
+) -> dict:
     value, before = canary["accept_length"], (old or {}).get("accept_length")
     floors = ([before * (1 - tol.accept)] if before is not None else []) + (
         [baseline * tol.baseline_fraction] if baseline is not None else []
@@ -109,7 +143,22 @@ def _accept_row(canary: dict, old: dict | None, baseline: float | None, tol: Tol
         + ([f">= baseline x {tol.baseline_fraction:.2f}"] if baseline is not None else [])
     )
     ok = None if value is None or not floors else value >= max(floors)
-    return _row("accept length", value, before, baseline, words or "-", ok)
+    return _row(metric, value, before, baseline, words or "-", ok)
+
+
+def _class_rows(canary: dict, old: dict | None, baselines: dict[str, float], tol: Tolerances) -> list[dict]:
+    """One accept-length row per request class the canary served, against the old nodes' same class and the
+    class's baseline; a class with fewer than tol.min_class_requests canary requests is shown, not judged (its
+    accept length would be a guess)."""
+    rows = []
+    for cls, served in sorted(canary.get("classes", {}).items()):
+        row = _accept_row(
+            served, (old or {}).get("classes", {}).get(cls), baselines.get(cls), tol, f"accept length, class {cls}"
+        )
+        if served["requests"] < tol.min_class_requests:
+            row.update(verdict="n/a", tolerance=f"{row['tolerance']} (judged from {tol.min_class_requests} requests)")
+        rows.append(row)
+    return rows
 
 
 def _overlay_rows(canary: dict | None, old: dict | None) -> list[dict]:
@@ -144,12 +193,14 @@ def _overlay_rows(canary: dict | None, old: dict | None) -> list[dict]:
 def compare(
     canary: dict,
     old: dict | None,
-    baseline: float | None,
+    baselines: dict[str, float],
     tol: Tolerances,
     overlay: tuple[dict | None, dict | None] = (None, None),
 ) -> dict:
     """The bake's verdict: `promote`, `fail` (a row failed) or `no-verdict` (the canary served too few
-    requests), with one row per comparison. `old` is None when no node is left on the old release."""
+    requests), with one row per comparison. `old` is None when no node is left on the old release.
+    `baselines` are the model's baseline accept lengths by class: the overall row takes the lowest, a class
+    row its own class's."""
     rows = [
         _row(
             "requests",
@@ -159,7 +210,8 @@ def compare(
             f"canary >= {tol.min_requests}",
             canary["requests"] >= tol.min_requests,
         ),
-        _accept_row(canary, old, baseline, tol),
+        _accept_row(canary, old, min(baselines.values()) if baselines else None, tol),
+        *_class_rows(canary, old, baselines, tol),
         _row(
             "aborted share",
             canary["aborted_share"],

@@ -38,6 +38,15 @@ def total(series: list, name: str) -> float | None:
     return sum(values) if values else None
 
 
+def by_label(series: list, name: str, label: str) -> dict[str, float]:
+    """The sum of `name` per value of `label`, over the samples whose `label` is set and not empty."""
+    out: dict[str, float] = {}
+    for n, labels, value in series:
+        if n == name and labels.get(label):
+            out[labels[label]] = out.get(labels[label], 0.0) + value
+    return out
+
+
 def buckets(series: list, name: str) -> dict[float, float]:
     """Histogram `name`'s cumulative counts by upper bound (+Inf included), summed over the other labels."""
     out: dict[float, float] = {}

@@ -8,7 +8,8 @@ It runs wherever the caller puts it; the tests start it inside the controller's 
 router and the nodes are reachable. Prints (or writes with --out) one JSON report: counts, failures by
 reason, latency percentiles, and every request's start, end and outcome. Every second request streams (as real
 clients do: server-sent events, which must end in `data: [DONE]`) unless --no-streams; --prefix starts every
-prompt with a request class (the double's --accept-length-for matches it). Nothing here ships.
+prompt with a request class (the double's --accept-length-for matches it) and --request-class sends that class
+as SGLang's custom label (`custom_labels`), which the servers count it under. Nothing here ships.
 
     python -m tests.deploy.loadgen --url http://10.201.7.1:30100 --allow 10.201.7.1 --requests 400 \\
         --concurrency 4 --out load.json
@@ -58,11 +59,18 @@ class Load:
     """Sends `requests` requests, `concurrency` at a time, to `url`/generate; `stop()` ends it early."""
 
     def __init__(
-        self, url: str, requests: int, concurrency: int, max_new_tokens: int = 4, streams: bool = True, prefix: str = ""
+        self,
+        url: str,
+        requests: int,
+        concurrency: int,
+        max_new_tokens: int = 4,
+        streams: bool = True,
+        prefix: str = "",
+        request_class: str = "",
     ):
         self.url = url.rstrip("/") + "/generate"
         self.requests, self.concurrency, self.max_new_tokens = requests, concurrency, max_new_tokens
-        self.streams, self.prefix = streams, prefix
+        self.streams, self.prefix, self.request_class = streams, prefix, request_class
         self._stopping = threading.Event()
         self._next = 0
         self._lock = threading.Lock()
@@ -80,13 +88,14 @@ class Load:
 
     def _one(self, index: int) -> dict:
         stream = self.streams and index % 2 == 1
-        body = json.dumps(
-            {
-                "text": f"{self.prefix}request {index}: the capital of France is",
-                "stream": stream,
-                "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0},
-            }
-        ).encode()
+        payload = {
+            "text": f"{self.prefix}request {index}: the capital of France is",
+            "stream": stream,
+            "sampling_params": {"max_new_tokens": self.max_new_tokens, "temperature": 0},
+        }
+        if self.request_class:
+            payload["custom_labels"] = {"class": self.request_class}
+        body = json.dumps(payload).encode()
         req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
         start = time.time()
         outcome = "ok"
@@ -144,7 +153,15 @@ class Background:
     the nodes are reachable), aimed at `url`, allowed only the fleet's addresses. `result()` waits for it."""
 
     def __init__(
-        self, fleet, url: str, requests: int, concurrency: int, out: Path, max_new_tokens: int = 4, prefix: str = ""
+        self,
+        fleet,
+        url: str,
+        requests: int,
+        concurrency: int,
+        out: Path,
+        max_new_tokens: int = 4,
+        prefix: str = "",
+        request_class: str = "",
     ):
         self.out = out
         allow = [fleet.controller_address, *(node.address for node in fleet.nodes)]
@@ -163,6 +180,7 @@ class Background:
             "--out",
             str(out),
             f"--prefix={prefix}",
+            f"--request-class={request_class}",
             *(f"--allow={a}" for a in allow),
         ]
         self.proc = subprocess.Popen(
@@ -205,13 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
     p.add_argument("--no-streams", action="store_true", help="no streamed requests (default: every second one)")
     p.add_argument("--prefix", default="", help="what every prompt starts with (a request class)")
+    p.add_argument("--request-class", default="", help="the request class sent as SGLang's custom label `class`")
     args = p.parse_args(argv)
     host = urllib.parse.urlsplit(args.url).hostname
     if host not in args.allow:
         p.error(f"{args.url} names {host}, which is not one of the allowed addresses {args.allow}")
     if args.requests < 1 or not 1 <= args.concurrency <= 64:
         p.error("--requests must be at least 1 and --concurrency 1 to 64")
-    load = Load(args.url, args.requests, args.concurrency, args.max_new_tokens, not args.no_streams, args.prefix)
+    load = Load(
+        args.url,
+        args.requests,
+        args.concurrency,
+        args.max_new_tokens,
+        not args.no_streams,
+        args.prefix,
+        args.request_class,
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: load.stop())
     text = json.dumps(load.run(), indent=1)

@@ -27,8 +27,12 @@ from tests.deploy.fleet import Fleet, terminate
 
 # What the routed fleet's servers run with (the test double's knobs, through the container's environment):
 # every /generate takes 0.5 s (so a load always has requests in flight), 20 ms per forward pass (so a long
-# request can be made on purpose), /metrics on.
-ROUTED_ENV = {"SGLANG_DOUBLE_ARGS": "--request-seconds 0.5 --step-ms 20 --enable-metrics"}
+# request can be made on purpose), /metrics on, its request series labelled by the requests' class (SGLang's
+# custom label, as a fleet that labels its traffic runs it).
+ROUTED_ENV = {
+    "SGLANG_DOUBLE_ARGS": "--request-seconds 0.5 --step-ms 20 --enable-metrics "
+    "--tokenizer-metrics-allowed-custom-labels class"
+}
 ROUTER_PORT = 30100  # on the controller's bridge address, a namespace of the test's own
 REPO = Path(__file__).resolve().parents[2]
 # kind (sglang_router_kind) -> (the Python that has it, its launcher module); scripts/setup-venv.sh builds both

@@ -28,6 +28,7 @@ from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _kill
 pytestmark = pytest.mark.slow
 
 LIVE = "chat: "
+LIVE_CLASS = "prose"  # the class the live traffic is labelled with (the thresholds profile has its baseline)
 # A short bake sees about 16 requests per node: 16 new tokens each (the double varies acceptance per prompt, so
 # a few tokens per request would make each request's accept length all but two-valued) and a tolerance of 20%
 # keep a good canary's window within it; a collapsed draft is at a third of the old nodes.
@@ -35,6 +36,7 @@ BAKE = {
     "sglang_canary_bake": 6,
     "sglang_bake_poll": 2,
     "sglang_bake_min_requests": 8,
+    "sglang_bake_min_class_requests": 8,
     "sglang_bake_max_wait": 10,
     "sglang_bake_accept_tolerance": 0.2,
 }
@@ -94,6 +96,7 @@ def _live_load(baked: Routed, name: str) -> Background:
         baked.root / f"{name}.load.json",
         max_new_tokens=LOAD_TOKENS,
         prefix=LIVE,
+        request_class=LIVE_CLASS,
     )
 
 
@@ -134,6 +137,8 @@ def test_a_draft_that_collapses_on_the_live_class_is_stopped_at_the_canary(baked
     assert "   node1 " in result.output and "(rolled back after its bake, back on" in result.output
     last = _last_bake(baked.fleet.nodes[0])
     assert last["verdict"] == "fail" and "accept length" in last["failed_rows"]
+    # the live traffic is labelled with its class: the class's own row fails too, against its own baseline
+    assert f"accept length, class {LIVE_CLASS}" in last["failed_rows"], last["failed_rows"]
     row = next(r for r in last["rows"] if r["metric"] == "accept length")
     assert row["verdict"] == "FAIL" and row["canary"] < row["old"] * 0.9
     assert "node1: baking on live traffic for 6 s" in flat  # its gates had passed

@@ -52,7 +52,9 @@ the last event), then `data: [DONE]`. Request bodies may come with Content-Lengt
 chunked). With --enable-metrics it also exports the request counters and the latency histograms SGLang does
 (`sglang:num_requests_total`, `sglang:num_aborted_requests_total`, `sglang:time_to_first_token_seconds`,
 `sglang:inter_token_latency_seconds`, `sglang:e2e_request_latency_seconds`, SGLang's default buckets), which a
-canary bake reads.
+canary bake reads. With --tokenizer-metrics-allowed-custom-labels (e.g. `class`) those series carry each allowed
+label, valued from the request's `custom_labels` ("" where it gives none), as 0.5.19's tokenizer metrics do; a
+label the server does not allow is dropped (SGLang 0.5.19 would fail that request's metrics).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ REQUEST_FIELDS = frozenset(
         "return_text_in_logprobs",
         "return_prompt_token_ids",
         "stream",
+        "custom_labels",
     }
 )
 SAMPLING_FIELDS = frozenset({"max_new_tokens", "temperature", "top_p", "top_k", "ignore_eos", "stop", "stop_token_ids"})
@@ -161,6 +164,42 @@ class Histogram:
         ]
 
 
+#: the request counters SGLang's tokenizer exports: (name, counter, labelled is_streaming, help)
+REQUEST_COUNTERS = (
+    ("sglang:prompt_tokens_total", "prompt_tokens", True, "Number of prefill tokens processed."),
+    ("sglang:generation_tokens_total", "generation_tokens", True, "Number of generation tokens processed."),
+    ("sglang:num_requests_total", "requests", True, "Number of requests processed."),
+    ("sglang:num_aborted_requests_total", "aborted", False, "Number of requests aborted."),
+)
+#: its latency histograms: (name, histogram, labelled is_streaming, help)
+REQUEST_HISTOGRAMS = (
+    ("sglang:time_to_first_token_seconds", "ttft", True, "Histogram of time to first token in seconds."),
+    ("sglang:inter_token_latency_seconds", "itl", False, "Histogram of inter-token latency in seconds."),
+    ("sglang:e2e_request_latency_seconds", "e2e", True, "Histogram of End-to-end request latency in seconds"),
+)
+STREAMING = 'is_streaming="false"'
+#: what a label set counts
+COUNTERS = ("prompt_tokens", "generation_tokens", "verify_calls", "accept_tokens", "requests", "aborted")
+
+
+class Series:
+    """What one label set of SGLang's request metrics has counted: the counters and the latency histograms."""
+
+    def __init__(self) -> None:
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.histograms = {
+            "ttft": Histogram(TTFT_BUCKETS),
+            "itl": Histogram(ITL_BUCKETS),
+            "e2e": Histogram(E2E_BUCKETS),
+        }
+
+    def copy(self) -> Series:
+        out = Series()
+        out.counters = dict(self.counters)
+        out.histograms = {key: _copy_histogram(hist) for key, hist in self.histograms.items()}
+        return out
+
+
 # ----------------------------------------------------------------------------------------- the toy model
 def _unit(*parts: int) -> float:
     """A deterministic number in [0, 1) from integers."""
@@ -229,19 +268,10 @@ class ServerState:
         self.model = ToyModel()
         self.started = time.time()
         self.lock = threading.Lock()
-        self.counters = {
-            "prompt_tokens": 0,
-            "generation_tokens": 0,
-            "verify_calls": 0,
-            "accept_tokens": 0,
-            "requests": 0,
-            "aborted": 0,
-        }
-        self.histograms = {
-            "ttft": Histogram(TTFT_BUCKETS),
-            "itl": Histogram(ITL_BUCKETS),
-            "e2e": Histogram(E2E_BUCKETS),
-        }
+        # one Series per label set: the custom labels SGLang allows (--tokenizer-metrics-allowed-custom-labels),
+        # valued from each request's `custom_labels` ("" where it names none)
+        self.allowed_labels = tuple(args.tokenizer_metrics_allowed_custom_labels or ())
+        self.series: dict[tuple, Series] = {}
         self.last_window = {"accept_length": 0.0, "accept_rate": 0.0}
         self.in_flight = 0  # /generate requests being served (SGLang: len(rid_to_state))
         self.draining = False  # set by SIGTERM (SGLang: tokenizer_manager.gracefully_exit)
@@ -355,7 +385,7 @@ class ServerState:
         results = [self.generate_one(req, ids) for ids in batch]
         time.sleep(max(0.0, self.args.request_seconds - (time.time() - tic)))
         for result in results:
-            self.observe(tic, result["meta_info"], first_token_at=tic + self.prefill_seconds(result))
+            self.observe(tic, result["meta_info"], tic + self.prefill_seconds(result), self.labels_of(req))
         return results
 
     def prefill_seconds(self, result: dict) -> float:
@@ -369,19 +399,35 @@ class ServerState:
         """Forward passes of one generation: one per verify (plus the prefill), or one per token."""
         return meta.get("spec_verify_ct", 0) + 1 if self.speculative else max(1, meta["completion_tokens"])
 
-    def observe(self, tic: float, meta: dict, first_token_at: float, aborted: bool = False) -> None:
+    def labels_of(self, req: dict) -> tuple:
+        """The request's custom label set: (name, value) per allowed label, as SGLang's tokenizer metrics
+        label it (labels the server does not allow are dropped here)."""
+        given = req.get("custom_labels") or {}
+        return tuple((name, str(given.get(name, ""))) for name in self.allowed_labels)
+
+    def _series(self, key: tuple) -> Series:
+        """The label set's Series, created on its first request (the caller locks)."""
+        return self.series.setdefault(key, Series())
+
+    def totals(self) -> dict:
+        """The counters summed over the label sets."""
+        with self.lock:
+            return {name: sum(one.counters[name] for one in self.series.values()) for name in COUNTERS}
+
+    def observe(self, tic: float, meta: dict, first_token_at: float, key: tuple, aborted: bool = False) -> None:
         """Count one finished (or aborted) request into the counters and latency histograms SGLang exports."""
         now = time.time()
         completion = meta["completion_tokens"]
         with self.lock:
-            self.counters["requests"] += 1
+            one = self._series(key)
+            one.counters["requests"] += 1
             if aborted:
-                self.counters["aborted"] += 1
+                one.counters["aborted"] += 1
                 return
-            self.histograms["ttft"].observe(first_token_at - tic)
-            self.histograms["e2e"].observe(now - tic)
+            one.histograms["ttft"].observe(first_token_at - tic)
+            one.histograms["e2e"].observe(now - tic)
             if completion > 1:
-                self.histograms["itl"].observe((now - first_token_at) / (completion - 1))
+                one.histograms["itl"].observe((now - first_token_at) / (completion - 1))
 
     def count_in_flight(self, delta: int) -> None:
         with self.lock:
@@ -415,11 +461,12 @@ class ServerState:
         meta["e2e_latency"] = time.time() - tic
         meta.update(spec)
         with self.lock:
-            self.counters["prompt_tokens"] += len(ids)
-            self.counters["generation_tokens"] += len(out)
+            counters = self._series(self.labels_of(req)).counters
+            counters["prompt_tokens"] += len(ids)
+            counters["generation_tokens"] += len(out)
             if spec:
-                self.counters["verify_calls"] += spec["spec_verify_ct"]
-                self.counters["accept_tokens"] += len(out)
+                counters["verify_calls"] += spec["spec_verify_ct"]
+                counters["accept_tokens"] += len(out)
                 self.last_window = {
                     "accept_length": spec["spec_accept_length"],
                     "accept_rate": spec["spec_accept_rate"],
@@ -433,9 +480,9 @@ class ServerState:
     def server_info(self) -> dict:
         args = self.args
         internal: dict = {"last_gen_throughput": 0.0, "effective_max_running_requests_per_dp": 64}
-        with self.lock:
-            if self.speculative and self.counters["verify_calls"]:
-                internal["avg_spec_accept_length"] = self.counters["accept_tokens"] / self.counters["verify_calls"]
+        totals = self.totals()
+        if self.speculative and totals["verify_calls"]:
+            internal["avg_spec_accept_length"] = totals["accept_tokens"] / totals["verify_calls"]
         spec = self.speculative
         return {
             "model_path": args.model_path,
@@ -533,51 +580,31 @@ class ServerState:
         name = self.args.served_model_name or self.args.model_path
         base = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
         with self.lock:
-            c = dict(self.counters)
+            # labelled counters and histograms have no sample until the label set's first finished request
+            # (SGLang 0.5.19 creates the label set then); the gauges are there from the start
+            series = {key: one.copy() for key, one in self.series.items() if one.counters["requests"]}
             w = dict(self.last_window)
-            h = {key: _copy_histogram(hist) for key, hist in self.histograms.items()}
-        # labelled counters and histograms have no sample until the first finished request (SGLang 0.5.19
-        # creates the label set then); the gauges are there from the start
-        lines = (
-            []
-            if not c["requests"]
-            else [
-                "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
-                "# TYPE sglang:prompt_tokens_total counter",
-                f'sglang:prompt_tokens_total{{{base},is_streaming="false"}} {float(c["prompt_tokens"])}',
-                "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
-                "# TYPE sglang:generation_tokens_total counter",
-                f'sglang:generation_tokens_total{{{base},is_streaming="false"}} {float(c["generation_tokens"])}',
-                "# HELP sglang:num_requests_total Number of requests processed.",
-                "# TYPE sglang:num_requests_total counter",
-                f'sglang:num_requests_total{{{base},is_streaming="false"}} {float(c["requests"])}',
-                "# HELP sglang:num_aborted_requests_total Number of requests aborted.",
-                "# TYPE sglang:num_aborted_requests_total counter",
-                f"sglang:num_aborted_requests_total{{{base}}} {float(c['aborted'])}",
-            ]
-        )
-        histograms = (
-            (
-                "sglang:time_to_first_token_seconds",
-                "ttft",
-                f'{base},is_streaming="false"',
-                "Histogram of time to first token in seconds.",
-            ),
-            ("sglang:inter_token_latency_seconds", "itl", base, "Histogram of inter-token latency in seconds."),
-            (
-                "sglang:e2e_request_latency_seconds",
-                "e2e",
-                f'{base},is_streaming="false"',
-                "Histogram of End-to-end request latency in seconds",
-            ),
-        )
-        for name, key, labels, doc in histograms if c["requests"] else ():
-            lines += [f"# HELP {name} {doc}", f"# TYPE {name} histogram", *h[key].lines(name, labels)]
-        if self.speculative and c["verify_calls"]:
+
+        def labels(key: tuple, streaming: bool) -> str:
+            return ",".join([base, *(f'{n}="{v}"' for n, v in key), *([STREAMING] if streaming else [])])
+
+        lines: list[str] = []
+        for metric, counter, streaming, doc in REQUEST_COUNTERS if series else ():
+            lines += [f"# HELP {metric} {doc}", f"# TYPE {metric} counter"]
+            lines += [f"{metric}{{{labels(k, streaming)}}} {float(one.counters[counter])}" for k, one in series.items()]
+        for metric, key, streaming, doc in REQUEST_HISTOGRAMS if series else ():
+            lines += [f"# HELP {metric} {doc}", f"# TYPE {metric} histogram"]
+            for k, one in series.items():
+                lines += one.histograms[key].lines(metric, labels(k, streaming))
+        verified = {k: one for k, one in series.items() if one.counters["verify_calls"]}
+        if self.speculative and verified:
             lines += [
                 "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.",
                 "# TYPE sglang:spec_verify_calls_total counter",
-                f"sglang:spec_verify_calls_total{{{base}}} {float(c['verify_calls'])}",
+                *(
+                    f"sglang:spec_verify_calls_total{{{labels(k, False)}}} {float(one.counters['verify_calls'])}"
+                    for k, one in verified.items()
+                ),
             ]
         if self.speculative:
             lines += [
@@ -748,10 +775,10 @@ def make_handler(state: ServerState):
                 self._event(b"[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
             except OSError:
-                state.observe(tic, meta, first_token_at, aborted=True)
+                state.observe(tic, meta, first_token_at, state.labels_of(req), aborted=True)
                 self.close_connection = True
                 return
-            state.observe(tic, meta, first_token_at)
+            state.observe(tic, meta, first_token_at, state.labels_of(req))
 
         def _event(self, data: bytes) -> None:
             event = b"data: " + data + b"\n\n"
@@ -838,6 +865,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sg.add_argument("--speculative-draft-model-path", default=None)
     sg.add_argument("--enable-linear-replayssm-spec", action="store_true")
     sg.add_argument("--enable-metrics", action="store_true", help="serve /metrics (Prometheus text)")
+    sg.add_argument(
+        "--tokenizer-metrics-allowed-custom-labels",
+        nargs="+",
+        default=None,
+        metavar="LABEL",
+        help="label the request counters and histograms by these keys of each request's custom_labels",
+    )
     sg.add_argument("--mamba-ssm-dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     for flag in (
         "--linear-attn-backend",

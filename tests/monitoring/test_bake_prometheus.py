@@ -15,7 +15,7 @@ import pytest
 from replayssm_smoke import bake, bake_prometheus, bake_rows, httpclient
 from tests.infra.prometheus import Prometheus
 from tests.smoke.conftest import double  # noqa: F401 (the stand-in SGLang server fixture)
-from tests.smoke.test_bake import LIVE, MODEL, QUICK, _bake, _row, _traffic
+from tests.smoke.test_bake import CLASSES, LIVE, MIXED, MODEL, QUICK, _bake, _row, _traffic
 
 SCRAPE = "1s"
 
@@ -63,11 +63,12 @@ def prometheus(tmp_path):
 
 
 def test_prometheus_reads_a_node_as_its_own_metrics_do(double, prometheus):  # noqa: F811
-    node = double(*QUICK)
+    node = double(*QUICK, *CLASSES)
     prom = prometheus([node])
-    _traffic([node], 6)
+    _traffic([node], 6, MIXED)
     own = bake_rows.reading(httpclient.get_text(node + "/metrics", 10))
     assert own["counters"]["requests"] == 6 and own["histograms"]["itl"]
+    assert {cls: c["requests"] for cls, c in own["classes"].items()} == {"code": 4, "prose": 2}
     reader, deadline = bake_prometheus.Prometheus(prom.url, "sglang"), time.monotonic() + 30
     while (read := reader.reading(node, time.time()))["counters"]["requests"] < 6 and time.monotonic() < deadline:
         time.sleep(0.3)  # until a scrape after the last request

@@ -21,11 +21,19 @@ MODEL = "Qwen/Qwen3-Next-80B-A3B-Instruct"  # the double's default model path; i
 QUICK = ("--step-ms", "20")
 
 
-def _traffic(urls: list[str], requests: int, prefix: str = LIVE) -> None:
-    """`requests` greedy requests per node, four at a time, spread over the nodes as a router would."""
+#: a mixed load: one live-class request in four, labelled `prose`; the rest code, labelled `code`
+MIXED = ((LIVE, "prose"), ("def f", "code"), ("def g", "code"), ("def h", "code"))
+CLASSES = ("--tokenizer-metrics-allowed-custom-labels", "class")
+
+
+def _traffic(urls: list[str], requests: int, mix: tuple = ((LIVE, None),)) -> None:
+    """`requests` greedy requests per node, four at a time, spread over the nodes as a router would; request i
+    takes mix[i % len(mix)]: (its prompt's prefix, its request class, sent as SGLang's custom label, or None)."""
 
     def one(url, i):
-        _post(url + "/generate", {"text": f"{prefix}question {i}", "sampling_params": {"max_new_tokens": 16}})
+        prefix, cls = mix[i % len(mix)]
+        payload = {"text": f"{prefix}question {i}", "sampling_params": {"max_new_tokens": 16}}
+        _post(url + "/generate", {**payload, "custom_labels": {"class": cls}} if cls else payload)
 
     threads = [threading.Thread(target=one, args=(url, i)) for i in range(requests) for url in urls]
     for start in range(0, len(threads), 4):
@@ -45,10 +53,11 @@ def _bake(
     *judge_args: str,
     seconds: str = "1",
     measure_args: tuple[str, ...] = (),
+    mix: tuple = ((LIVE, None),),
 ):
-    """measure (traffic sent while it waits, `measure_args` added), then judge: (exit code, the result)."""
+    """measure (traffic of `mix` sent while it waits, `measure_args` added), then judge: (exit code, the result)."""
     readings, out = tmp_path / "readings.json", tmp_path / "bake.json"
-    sender = threading.Thread(target=_traffic, args=([canary, *old], requests))
+    sender = threading.Thread(target=_traffic, args=([canary, *old], requests, mix))
     argv = [
         "measure",
         "--canary",
@@ -104,6 +113,64 @@ def test_a_draft_that_collapses_on_the_live_class_fails_on_acceptance(double, tm
     assert row["canary"] < 1.2 and row["old"] > 2.4 and row["baseline"] == 2.8
     assert "FAILED on accept length" in result["headline"]
     assert "accept length" in result["table"] and "FAIL" in result["table"]
+
+
+def test_a_draft_that_collapses_on_one_class_of_a_mixed_load_fails_on_that_class(double, tmp_path):
+    """One request in four is of the class the draft lost (accept length 2 where the old nodes have 4): the
+    overall accept length falls by a fifth, within a 0.3 tolerance; the class's own row fails. (Its requests
+    take twice the steps, so the inter-token p99 doubles too: the latency tolerance is widened to leave
+    acceptance the only row that fails.)"""
+    canary = double(*QUICK, *CLASSES, "--accept-length", "4", "--accept-length-for", f"{LIVE}=2.0")
+    old = [double(*QUICK, *CLASSES, "--accept-length", "4")]
+    rc, result = _bake(
+        tmp_path,
+        canary,
+        old,
+        80,
+        80,
+        "--accept-tolerance",
+        "0.3",
+        "--latency-tolerance",
+        "3",
+        measure_args=("--max-wait", "60"),
+        mix=MIXED,
+    )
+    assert rc == 1 and result["failed_rows"] == ["accept length, class prose"], result["table"]
+    assert _row(result, "accept length")["verdict"] == "ok"
+    code, prose = _row(result, "accept length, class code"), _row(result, "accept length, class prose")
+    assert code["verdict"] == "ok" and code["baseline"] == 2.8
+    assert prose["canary"] < 2.5 and prose["old"] > 3.2 and prose["baseline"] == 2.8
+    assert "FAILED on accept length, class prose" in result["headline"]
+
+
+def test_a_class_with_few_canary_requests_is_shown_not_judged():
+    def served(requests: int, accept: float, classes: dict) -> dict:
+        return {
+            "requests": requests,
+            "aborted": 0,
+            "aborted_share": 0.0,
+            "accept_length": accept,
+            "classes": classes,
+            **{label: 0.01 for label, _, _ in bake_rows.LATENCY_ROWS},
+        }
+
+    tol = bake_rows.Tolerances()
+    few = tol.min_class_requests - 1
+    canary = served(
+        200, 3.0, {"code": {"requests": 190, "accept_length": 3.0}, "math": {"requests": few, "accept_length": 1.0}}
+    )
+    old = served(
+        200, 3.0, {"code": {"requests": 180, "accept_length": 3.0}, "math": {"requests": 20, "accept_length": 3.0}}
+    )
+    result = bake_rows.compare(canary, old, {"code": 2.8, "math": 2.8}, tol)
+    assert result["verdict"] == "promote"
+    math_row = _row(result, "accept length, class math")
+    assert math_row["verdict"] == "n/a" and f"judged from {tol.min_class_requests} requests" in math_row["tolerance"]
+    # the same class with enough requests fails
+    canary["classes"]["math"]["requests"] = tol.min_class_requests
+    assert bake_rows.compare(canary, old, {"code": 2.8, "math": 2.8}, tol)["failed_rows"] == [
+        "accept length, class math"
+    ]
 
 
 def test_the_same_canary_with_a_good_draft_is_promoted(double, tmp_path):
@@ -197,6 +264,6 @@ def test_overlay_facts_worse_on_the_canary_fail():
         **{label: 0.01 for label, _, _ in bake_rows.LATENCY_ROWS},
     }
     tol = bake_rows.Tolerances()
-    assert bake_rows.compare(window, window, 2.8, tol, (facts, facts))["verdict"] == "promote"
-    result = bake_rows.compare(window, window, 2.8, tol, (worse, facts))
+    assert bake_rows.compare(window, window, {"code": 2.8}, tol, (facts, facts))["verdict"] == "promote"
+    result = bake_rows.compare(window, window, {"code": 2.8}, tol, (worse, facts))
     assert result["failed_rows"] == ["fold in use", "new fallback shapes", "self-check outcomes"]

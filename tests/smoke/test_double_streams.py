@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 import urllib.parse
 
@@ -103,6 +104,54 @@ def test_requests_and_latency_histograms_count_each_request(double):
     assert _metric(text, "sglang:inter_token_latency_seconds_count") == 2
     buckets = [line for line in text.splitlines() if line.startswith("sglang:time_to_first_token_seconds_bucket")]
     assert buckets[-1].split("}")[0].endswith('le="+Inf"') and buckets[-1].endswith(" 2.0")
+
+
+def _by_class(text: str, name: str) -> dict[str, float]:
+    """`name`'s samples summed per `class` label (None where a sample has none)."""
+    out: dict = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            match = re.search(r'class="([^"]*)"', labels)
+            key = match[1] if match else None
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def test_allowed_custom_labels_split_the_request_series_by_class(double):
+    """As 0.5.19's tokenizer metrics: each allowed label on the request counters and histograms, "" for a request
+    that names none; a label the server does not allow is not a label."""
+    url = double(
+        "--enable-metrics",
+        "--tokenizer-metrics-allowed-custom-labels",
+        "class",
+        "--accept-length-for",
+        "chat:=1.0",
+        "--accept-length",
+        "4",
+    )
+    for text, labels in (("chat: a", {"class": "chat"}), ("chat: b", {"class": "chat", "team": "x"}), ("def f", None)):
+        payload = {"text": text, "sampling_params": {"max_new_tokens": 16}}
+        _post(url + "/generate", {**payload, "custom_labels": labels} if labels else payload)
+    _stream(
+        url,
+        {"text": "code", "sampling_params": {"max_new_tokens": 16}, "stream": True, "custom_labels": {"class": "code"}},
+    )
+    text = _get(url + "/metrics")
+    assert _by_class(text, "sglang:num_requests_total") == {"chat": 2, "": 1, "code": 1}
+    assert _by_class(text, "sglang:time_to_first_token_seconds_count") == {"chat": 2, "": 1, "code": 1}
+    assert "team=" not in text
+    tokens = _by_class(text, "sglang:generation_tokens_total")
+    calls = _by_class(text, "sglang:spec_verify_calls_total")
+    assert tokens == {"chat": 32, "": 16, "code": 16}
+    assert tokens["chat"] / calls["chat"] < 1.2 < 2.5 < tokens[""] / calls[""]  # the class knob, per class
+    # without the flag the same requests carry no class label
+    plain = double("--enable-metrics")
+    _post(
+        plain + "/generate",
+        {"text": "chat: a", "sampling_params": {"max_new_tokens": 4}, "custom_labels": {"class": "chat"}},
+    )
+    assert _by_class(_get(plain + "/metrics"), "sglang:num_requests_total") == {None: 1}
 
 
 def test_a_client_that_leaves_mid_stream_counts_as_aborted(double):
