@@ -457,11 +457,15 @@ def test_a_restart_without_traffic_raises_no_false_alarm(fleet, observed):
     try:
         node1.dockerd.docker("restart", "-t", "1", SERVICE)
         _wait_healthy(fleet, node1)
+        serving_since = time.time()
         instance = f'instance="{node1.address}:{PORT}"'
+        up = f'up{{job="sglang",{instance}}}'
+        # a scrape of the restarted server (the one before the restart still answers `up` 1, with its counters)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not _value(observed.prom, f'up{{job="sglang",{instance}}} == 1'):
+        while time.monotonic() < deadline and (_value(observed.prom, f"timestamp({up})") or 0) <= serving_since:
             time.sleep(1)
-        assert _value(observed.prom, f'up{{job="sglang",{instance}}}') == 1
+        assert (_value(observed.prom, f"timestamp({up})") or 0) > serving_since
+        assert _value(observed.prom, up) == 1
         assert _value(observed.prom, f"sglang:generation_tokens_total{{{instance}}}") is None
         time.sleep(load_alert_rules().seconds(FAST_RULES["for_missing"]) + 5)
         firing = observed.firing()
