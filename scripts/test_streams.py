@@ -106,7 +106,8 @@ def _run(python: str, root: Path, logs: Path) -> int:
     least_free = _free_gb()
     while len(ended) < len(procs):
         time.sleep(1)
-        least_free = min(least_free, _free_gb())
+        free = _free_gb()
+        least_free = min(least_free, free)
         for name, (proc, _) in procs.items():
             if name not in ended and proc.poll() is not None:
                 ended[name] = time.monotonic() - started
@@ -118,7 +119,7 @@ def _run(python: str, root: Path, logs: Path) -> int:
             running = ", ".join(f"{n} {_progress(log)}" for n, (p, log) in procs.items() if n not in ended)
             print(
                 f"test-streams: {(time.monotonic() - started) / 60:.0f} min: {running}; "
-                f"{_free_gb():.1f} GB free in {tempfile.gettempdir()}",
+                f"{free:.1f} GB free in {tempfile.gettempdir()}",
                 flush=True,
             )
     rows = []

@@ -78,8 +78,10 @@ class Prometheus:
         data = self._api("query", query=expr, time=f"{at:.3f}")
         return [(item["metric"], float(item["value"][1])) for item in data.get("result") or []]
 
-    def _selector(self, node_instance: str) -> str:
-        return f"{{job={json.dumps(self.job)}, instance={json.dumps(node_instance)}}}"
+    def _selector(self, node_instance: str, *matchers: str) -> str:
+        return (
+            "{" + ", ".join([f"job={json.dumps(self.job)}", f"instance={json.dumps(node_instance)}", *matchers]) + "}"
+        )
 
     def reading(self, url: str, at: float) -> dict:
         """What the node at `url` had counted at time `at` (its last scrape at or before it), as
@@ -97,7 +99,8 @@ class Prometheus:
         for key, name in bake_rows.HISTOGRAMS.items():
             rows = self._vector(f"sum by (le) ({name}_bucket{where})", at)
             histograms[key] = {float(labels["le"]): value for labels, value in rows if "le" in labels}
-        label, labelled = bake_rows.CLASS_LABEL, where[:-1] + f', {bake_rows.CLASS_LABEL}!=""}}'
+        label = bake_rows.CLASS_LABEL
+        labelled = self._selector(instance(url), f'{label}!=""')
         by_counter = {
             key: {
                 labels[label]: value
