@@ -92,7 +92,7 @@ def _bounds(counts: dict) -> dict[float, float]:
 
 def window(start: dict, end: dict) -> dict:
     """What a node group served between two readings."""
-    delta = {key: max(0.0, end["counters"][key] - start["counters"][key]) for key in COUNTERS}
+    delta = _delta(end["counters"], start["counters"], COUNTERS)
     hist = {
         key: promseries.subtract(_bounds(end["histograms"][key]), _bounds(start["histograms"][key]))
         for key in HISTOGRAMS
@@ -108,11 +108,16 @@ def window(start: dict, end: dict) -> dict:
         out[label] = promseries.quantile(q, hist[key])
     before = start.get("classes", {})
     for cls, counters in end.get("classes", {}).items():
-        first = before.get(cls, {})
-        served = {key: max(0.0, counters[key] - first.get(key, 0.0)) for key in CLASS_COUNTERS}
+        served = _delta(counters, before.get(cls, {}), CLASS_COUNTERS)
         if served["requests"]:
             out["classes"][cls] = {"requests": int(served["requests"]), "accept_length": _accept_length(served)}
     return out
+
+
+def _delta(end: dict, start: dict, keys) -> dict[str, float]:
+    """What each counter of `keys` counted from `start` to `end` (one absent at the start counts from 0; a
+    counter that went back, a restart, counts as 0)."""
+    return {key: max(0.0, end[key] - start.get(key, 0.0)) for key in keys}
 
 
 def _accept_length(counted: dict) -> float | None:
