@@ -10,6 +10,8 @@ so everything per node (docker socket, state dir, model dir, fake `nvidia-smi`) 
 folder and is passed as inventory variables. A node's root has a home folder of its own (sshd's `SetEnv
 HOME`), as a fresh host would: bash reads ~/.bashrc for every command sshd runs, and this machine's
 /root/.bashrc (pyenv's init) costs about 0.1 s of CPU per command, the most of a fleet test's time. The
+nodes' Python keeps the code it compiles from Ansible's module zips (tests/deploy/node_python says why and how),
+shared by the fleet's nodes: the same modules run, without compiling module_utils anew for each. The
 controller's bridge address, port REGISTRY_PORT, is
 where the registry-mode tests run their registry: every node's daemon may pull from it over HTTP.
 
@@ -35,6 +37,8 @@ from tests.infra.dockerd import Dockerd, start_dockerd, unmount_below
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"  # compiled into Debian's sshd
 SSH_READY_TIMEOUT_S = 20.0
+#: the nodes' sitecustomize (PYTHONPATH in their sshd's SetEnv): compiled AnsiballZ code kept between runs
+NODE_PYTHON = Path(__file__).resolve().parent / "node_python"
 REGISTRY_PORT = 5000  # the test registry's port on the controller's bridge address (registry-mode tests)
 H100 = "NVIDIA H100 80GB HBM3, 9.0, 580.65.06"
 H200 = "NVIDIA H200, 9.0, 580.159.04"  # what the project's H200 device printed (2026-11-30)
@@ -180,6 +184,11 @@ class Fleet:
     def key(self) -> Path:
         return self.root / "id_ed25519"
 
+    @property
+    def code_cache(self) -> Path:
+        """Where the nodes' Python keeps compiled AnsiballZ code (NODE_PYTHON)."""
+        return self.root / "ansiballz-code"
+
     def netns_cmd(self, *cmd: str) -> list[str]:
         """`cmd` run inside the controller namespace (where ansible-playbook runs)."""
         return ["nsenter", f"--net=/run/netns/{self.controller_ns}", "--", *cmd]
@@ -210,6 +219,7 @@ def start_fleet(root: Path, count: int = 3) -> Fleet:
     subnet = f"10.{200 + int(tag[:2], 16) % 50}.{int(tag[2:4], 16)}"
     fleet = Fleet(root=Path(root), tag=tag, controller_ns=f"rso-{tag}-ctl", controller_address=f"{subnet}.1")
     fleet.root.mkdir(parents=True, exist_ok=True)
+    fleet.code_cache.mkdir(exist_ok=True)
     try:
         _make_controller(fleet, f"{subnet}.1/24")
         run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(fleet.key))
@@ -290,7 +300,7 @@ def _make_node(fleet: Fleet, node: Node, index: int) -> None:
                 "StrictModes no",
                 "UseDNS no",
                 "Subsystem sftp /usr/lib/openssh/sftp-server",
-                f"SetEnv HOME={node.root / 'home'}",
+                f"SetEnv HOME={node.root / 'home'} PYTHONPATH={NODE_PYTHON} ANSIBALLZ_CODE_CACHE={fleet.code_cache}",
                 "",
             ]
         )
