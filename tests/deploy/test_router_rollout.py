@@ -2,8 +2,8 @@
 each in turn in the controller's namespace in front of the three test nodes, a bounded load with streams
 (tests/deploy/loadgen.py) through it, and real ansible-playbook runs with `sglang_router_url` set.
 
-One fleet for the module and one router per kind (smg gets every test, sglang-router 0.3.2 the rollout and
-the bad inputs: KINDS), all of one kind first, each test leaving every node serving and the router listing
+One fleet for the module and one router per kind (smg gets every test, sglang-router 0.3.2 those where the
+kinds' answers differ: KINDS), all of one kind first, each test leaving every node serving and the router listing
 exactly the fleet, and starting from the images it needs (`_bring`: what the test before it in file order
 leaves, so that in file order nothing is switched twice): a full rollout, a canary whose smoke gate fails, a
 run killed mid-drain and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback after
@@ -120,11 +120,20 @@ class Routed:
         return rows
 
 
-# smg, the router's current line, gets every test; sglang-router 0.3.2 the tests of what the router answers and
-# does (a rollout under load through it, its bad inputs), the rest being the same playbooks: the module's time
-# stays within CI's budget. tests/deploy/test_router_kinds.py runs the router module's every path against both.
+# smg, the router's current line, gets every test; sglang-router 0.3.2 the tests whose router calls go where
+# the two kinds differ: a rollout under load through it, its bad inputs, a run killed mid-drain (0.3.2 drops a
+# removed worker from its list, smg lists it draining), a drain that does not end and a router that does not
+# take the node back (the put-back). The rest are the same playbooks and router calls, and every test behind
+# both took `make test` past CI's budget (notes/decisions.md, "Two routers"). tests/deploy/test_router_kinds.py
+# runs the router module's every path against both.
 KINDS = ("smg", "sglang-router")
-BOTH_KINDS = ("test_rollout_through_the_router_loses_no_request", "test_bad_router_settings_stop_the_run_before_")
+BOTH_KINDS = (
+    "test_rollout_through_the_router_loses_no_request",
+    "test_bad_router_settings_stop_the_run_before_",
+    "test_a_run_killed_mid_drain_is_put_back_by_the_next_run",
+    "test_a_drain_that_does_not_end_puts_the_node_back_and_stops",
+    "test_a_router_that_does_not_take_the_node_back_stops_the_run_and_the_next_run_puts_it_back",
+)
 
 
 @pytest.fixture(scope="module", params=KINDS)
