@@ -772,13 +772,18 @@ def make_handler(state: ServerState):
                         },
                     }
                     self._event(json.dumps(chunk).encode())
-                self._event(b"[DONE]")
-                self.wfile.write(b"0\r\n\r\n")
             except OSError:
                 state.observe(tic, meta, first_token_at, state.labels_of(req), aborted=True)
                 self.close_connection = True
                 return
+            # counted once its last tokens are out, before [DONE], as SGLang counts a request when it finishes:
+            # a client that reads /metrics right after its stream ended finds it there
             state.observe(tic, meta, first_token_at, state.labels_of(req))
+            try:
+                self._event(b"[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                self.close_connection = True
 
         def _event(self, data: bytes) -> None:
             event = b"data: " + data + b"\n\n"
