@@ -21,6 +21,7 @@ import sys
 import zipimport
 
 CACHE = os.environ.get("ANSIBALLZ_CODE_CACHE")
+_compile_source = zipimport._compile_source
 
 
 def _store(entry, code):
@@ -33,22 +34,18 @@ def _store(entry, code):
         pass  # a full or read-only disk costs the next run a compile, never this run
 
 
-def _cached_compile(compile_source):
-    def compile_cached(pathname, source):
-        key = hashlib.sha1(source).hexdigest()
-        entry = os.path.join(CACHE, f"{sys.implementation.cache_tag}-{key}")
-        try:
-            with open(entry, "rb") as f:
-                code = marshal.load(f)
-        except (OSError, EOFError, ValueError, TypeError):
-            code = compile_source(pathname, source)
-            _store(entry, code)
-            return code
-        _imp._fix_co_filename(code, pathname)
+def _compile_cached(pathname, source):
+    entry = os.path.join(CACHE, f"{sys.implementation.cache_tag}-{hashlib.sha1(source).hexdigest()}")
+    try:
+        with open(entry, "rb") as f:
+            code = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError):
+        code = _compile_source(pathname, source)
+        _store(entry, code)
         return code
-
-    return compile_cached
+    _imp._fix_co_filename(code, pathname)
+    return code
 
 
 if CACHE and os.path.isdir(CACHE):
-    zipimport._compile_source = _cached_compile(zipimport._compile_source)
+    zipimport._compile_source = _compile_cached
