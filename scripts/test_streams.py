@@ -1,13 +1,15 @@
-"""Run every test in three pytest processes at once (`make test`), each over its own share of the test files.
+"""Run every test in four pytest processes at once (`make test`), each over its own share of the test files.
 
 Why: one process leaves a core idle while a rollout module waits on its fleet (Ansible over SSH, Docker
-daemons, health polls); three side by side keep both cores of the CI machine busy, so the suite takes about
+daemons, health polls); several side by side keep both cores of the CI machine busy, so the suite takes about
 its CPU time over two cores (35 minutes). Each process builds its own session fixtures (a fleet of three
 nodes on its own random subnet and namespaces, its own Docker daemons), so the streams share nothing but the
 machine.
 
 The split is by file, decided here (`STREAMS`: the first stream whose prefix a file matches takes it, the
-last takes the rest), and every test file lands in exactly one stream (tests/ci/test_test_streams.py).
+last takes the rest), and every test file lands in exactly one stream (tests/ci/test_test_streams.py), but
+for the modules that run behind each router kind (`BY_KIND`, the longest of the suite): each kind's stream
+runs them with `--router-kind` of its kind (tests/deploy/conftest.py), so every test still runs once.
 While the streams run a line per minute says how far each has got and the free space where the tests write;
 at the end each stream's output is printed whole (ending with its slowest tests), then a table (stream,
 files, outcome, wall time), the time per test folder (from each stream's JUnit report) and the least free
@@ -33,14 +35,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: stream name -> the path prefixes (relative to the repository) it takes, in order of precedence
 STREAMS = {
-    "routers and bake": (
-        "tests/deploy/test_router_rollout.py",
-        "tests/deploy/test_router_kinds.py",
-        "tests/deploy/test_bake_rollout.py",
-    ),
-    "rollout and image": ("tests/deploy/", "tests/docker/"),
+    "behind smg": ("tests/deploy/test_router_kinds.py",),
+    "behind sglang-router": (),
+    "rollout": ("tests/deploy/",),
     "the rest": ("tests/",),
 }
+#: the modules whose tests run once per router kind (the `router_kind` fixture): stream -> the kind it runs them
+#: behind (tests/deploy/router.py's KINDS, tests/ci/test_test_streams.py checks both lists)
+BY_KIND = ("tests/deploy/test_router_rollout.py", "tests/deploy/test_bake_rollout.py")
+KIND_STREAMS = {"behind smg": "smg", "behind sglang-router": "sglang-router"}
 HEARTBEAT_S = 60
 #: each stream's output ends with its slowest tests (pytest --durations), where the CI time goes
 SLOWEST = 12
@@ -55,9 +58,14 @@ def test_files(root: Path = ROOT) -> list[str]:
 
 
 def split(files: list[str]) -> dict[str, list[str]]:
-    """stream -> its files: each file goes to the first stream with a prefix it starts with."""
+    """stream -> its files: a file of BY_KIND goes to every stream of KIND_STREAMS, any other file to the first
+    stream with a prefix it starts with."""
     out: dict[str, list[str]] = {name: [] for name in STREAMS}
     for path in files:
+        if path in BY_KIND:
+            for name in KIND_STREAMS:
+                out[name].append(path)
+            continue
         name = next((n for n, prefixes in STREAMS.items() if path.startswith(prefixes)), None)
         if name is None:
             raise SystemExit(f"test_streams: {path} is in no stream; add a prefix to STREAMS")
@@ -95,7 +103,9 @@ def _run(python: str, root: Path, logs: Path) -> int:
         with log.open("wb") as out:
             procs[name] = (
                 subprocess.Popen(
-                    [python, "-m", "pytest", f"--durations={SLOWEST}", f"--junitxml={logs / f'{index}.xml'}", *files],
+                    [python, "-m", "pytest", f"--durations={SLOWEST}", f"--junitxml={logs / f'{index}.xml'}"]
+                    + (["--router-kind", KIND_STREAMS[name]] if name in KIND_STREAMS else [])
+                    + files,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     cwd=root,
@@ -177,7 +187,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, files in split(test_files()).items():
-            print(f"{name}:")
+            print(f"{name}:" + (f" (--router-kind {KIND_STREAMS[name]})" if name in KIND_STREAMS else ""))
             print("".join(f"  {path}\n" for path in files), end="")
         return 0
     return run(os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python")))

@@ -54,6 +54,21 @@ def pytest_addoption(parser):
         default="all",
         help="unit: only the unit tier (tests/conftest.py's UNIT_TIER; make test-fast); all: every test",
     )
+    parser.addoption(
+        "--router-kind",
+        default="both",
+        help="the router the rollout tests behind one run behind (tests/deploy/router.py's KINDS), or both "
+        "(the default); `make test` runs each kind in a stream of its own (scripts/test_streams.py)",
+    )
+
+
+def pytest_configure(config):
+    kind = config.getoption("--router-kind")
+    if kind != "both":
+        from tests.deploy.router import KINDS
+
+        if kind not in KINDS:
+            raise pytest.UsageError(f"--router-kind {kind}: not a router kind; use one of {', '.join(KINDS)} or both")
 
 
 def in_unit_tier(path: pathlib.Path) -> bool:

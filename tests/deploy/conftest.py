@@ -15,6 +15,7 @@ import pytest
 
 from tests.deploy.failure_report import failed_tasks
 from tests.deploy.fleet import start_fleet
+from tests.deploy.router import KINDS
 from tests.deploy.standin_image import build_saved_images
 
 #: where the fleet's ansible.log stood when a test's call began
@@ -31,6 +32,19 @@ def _require_root_tools() -> None:
     ]
     if missing or not os.path.exists("/usr/sbin/sshd"):
         pytest.fail(f"missing tools for the rollout tests: {missing or ['sshd']}; run scripts/setup-system.sh")
+
+
+def pytest_generate_tests(metafunc):
+    """A test behind a router (one that uses the `router_kind` fixture) runs once per router kind: every kind of
+    KINDS, or the one `--router-kind` names. Module scope: all of a module's tests behind one kind, then the
+    next kind's."""
+    if "router_kind" in metafunc.fixturenames:
+        metafunc.parametrize("router_kind", selected_kinds(metafunc.config.getoption("--router-kind")), scope="module")
+
+
+def selected_kinds(option: str) -> tuple[str, ...]:
+    """The router kinds `--router-kind` selects (tests/conftest.py refuses an unknown one at start)."""
+    return KINDS if option == "both" else (option,)
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,8 @@ ROUTERS = {
     "sglang-router": (Path(sys.executable), "sglang_router.launch_router"),
     "smg": (REPO / ".venv-smg" / "bin" / "python", "smg.launch_router"),
 }
+#: the routers the rollout tests run behind (tests/deploy/conftest.py's `router_kind`), the current line first
+KINDS = ("smg", "sglang-router")
 DRAINING = "draining"  # smg: removed, settling before it leaves the list
 # The router's own health checks (default: every 60 s, 3 failures to mark a worker unhealthy) are what a
 # plain swap leans on; 5 s keeps the tests short and still leaves a stopped node routed for ~15 s.

@@ -3,12 +3,13 @@ a load of the live traffic's class ("chat: ...", streams included) through it, a
 is baked for a few seconds (roles/sglang_bake, python -m replayssm_smoke.bake) against the nodes still on the
 old release.
 
-One fleet and one router (smg) for the module, in file order, each bake starting from v1 everywhere: a draft that
-passes the smoke gate but collapses on the live class (the double's --accept-length-for, planted on the
-canary's new container) stops the run at the canary and rolls it back with no failed request; the control,
-the same rollout with a good draft, is promoted and rolls on; a run killed mid-bake bakes the canary again on
-the next run; bad bake settings are refused before anything changes; a canary five times slower per token
-is stopped on its latency rows, and one that sees no traffic gets no verdict and is rolled back, never promoted.
+One fleet for the module and one router per kind (tests/deploy/router.py's KINDS, as test_router_rollout.py), every
+test behind each kind, in file order, each bake starting from v1 everywhere: a draft that passes the smoke gate but
+collapses on the live class (the double's --accept-length-for, planted on the canary's new container) stops the run
+at the canary and rolls it back with no failed request; the control, the same rollout with a good draft, is
+promoted and rolls on; a run killed mid-bake bakes the canary again on the next run; bad bake settings are refused
+before anything changes; a canary five times slower per token is stopped on its latency rows, and one that sees no
+traffic gets no verdict and is rolled back, never promoted.
 tests/smoke/test_bake.py checks each verdict on stand-in servers in seconds.
 """
 
@@ -21,7 +22,7 @@ import pytest
 
 from tests.deploy.bake_thresholds import THRESHOLDS
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
-from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, start_router
+from tests.deploy.router import KINDS, ROUTED_ENV, ROUTER_PORT, start_router
 from tests.deploy.runner import RunningPlaybook, ansible_playbook, fleet_status, write_inventory
 from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _kill_when, _no_journals, _urls
 
@@ -48,15 +49,16 @@ def _env(extra: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def baked(fleet, saved_images, tmp_path_factory):
-    """The fleet on v1 with ROUTED_ENV, holding v2, and one router (smg) in front of all three."""
+def baked(router_kind, fleet, saved_images, tmp_path_factory):
+    """The fleet on v1 with ROUTED_ENV, holding v2, and a router of this kind in front of all three."""
     root = tmp_path_factory.mktemp("baked")
     (root / "thresholds.yaml").write_text(THRESHOLDS)
     for version in ("v2", "v1"):
         inventory = write_inventory(fleet, root / f"setup-{version}.json", saved_images[version], sglang_env=ROUTED_ENV)
         result = ansible_playbook(fleet, "deploy.yml" if version == "v1" else "distribute.yml", inventory)
         assert result.rc == 0, result.output[-4000:]
-    router = start_router(fleet, sorted(_urls(fleet)), kind="smg", port=ROUTER_PORT + 50)
+    port = ROUTER_PORT + 50 + 10 * KINDS.index(router_kind)
+    router = start_router(fleet, sorted(_urls(fleet)), kind=router_kind, port=port)
     try:
         yield Routed(fleet=fleet, router=router, root=root, images=saved_images)
     finally:

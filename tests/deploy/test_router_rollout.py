@@ -2,15 +2,14 @@
 each in turn in the controller's namespace in front of the three test nodes, a bounded load with streams
 (tests/deploy/loadgen.py) through it, and real ansible-playbook runs with `sglang_router_url` set.
 
-One fleet for the module and one router per kind (smg gets every test, sglang-router 0.3.2 those where the
-kinds' answers differ: KINDS), all of one kind first, each test leaving every node serving and the router listing
-exactly the fleet, and starting from the images it needs (`_bring`: what the test before it in file order
-leaves, so that in file order nothing is switched twice): a full rollout, a canary whose smoke gate fails, a
-run killed mid-drain and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback after
-it, the control (a plain swap, which must lose requests), the router's bad inputs, a drain that does not end,
-a router that stops answering before it takes the node back, a hung node, and a node lost mid-switch. The
-router's retries are off (see router.py), so every request a switch cut or sent to a stopped node would
-count as failed.
+One fleet for the module and one router per kind (KINDS; `--router-kind` picks one, and `make test` runs each kind
+in a stream of its own), every test behind each kind, all of one kind first, each test leaving every node serving
+and the router listing exactly the fleet, and starting from the images it needs (`_bring`: what the test before it
+in file order leaves, so that in file order nothing is switched twice): a full rollout, a canary whose smoke gate
+fails, a run killed mid-drain and its rerun, a rollback of that rollout, a run killed mid-switch and the rollback
+after it, the control (a plain swap, which must lose requests), the router's bad inputs, a drain that does not end,
+a router that stops answering before it takes the node back, a hung node, and a node lost mid-switch. The router's
+retries are off (see router.py), so every request a switch cut or sent to a stopped node would count as failed.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import pytest
 
 from tests.deploy.fleet import terminate
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
-from tests.deploy.router import ROUTED_ENV, ROUTER_PORT, ROUTERS, Router, start_router
+from tests.deploy.router import KINDS, ROUTED_ENV, ROUTER_PORT, ROUTERS, Router, start_router
 from tests.deploy.runner import REPO, RunningPlaybook, ansible_playbook, fleet_status, write_inventory
 
 pytestmark = pytest.mark.slow
@@ -120,24 +119,8 @@ class Routed:
         return rows
 
 
-# smg, the router's current line, gets every test; sglang-router 0.3.2 the tests whose router calls go where
-# the two kinds differ: a rollout under load through it, its bad inputs, a run killed mid-drain (0.3.2 drops a
-# removed worker from its list, smg lists it draining), a drain that does not end and a router that does not
-# take the node back (the put-back). The rest are the same playbooks and router calls, and every test behind
-# both took `make test` past CI's budget (notes/decisions.md, "Two routers"). tests/deploy/test_router_kinds.py
-# runs the router module's every path against both.
-KINDS = ("smg", "sglang-router")
-BOTH_KINDS = (
-    "test_rollout_through_the_router_loses_no_request",
-    "test_bad_router_settings_stop_the_run_before_",
-    "test_a_run_killed_mid_drain_is_put_back_by_the_next_run",
-    "test_a_drain_that_does_not_end_puts_the_node_back_and_stops",
-    "test_a_router_that_does_not_take_the_node_back_stops_the_run_and_the_next_run_puts_it_back",
-)
-
-
-@pytest.fixture(scope="module", params=KINDS)
-def routed(request, fleet, saved_images, tmp_path_factory):
+@pytest.fixture(scope="module")
+def routed(router_kind, fleet, saved_images, tmp_path_factory):
     """Every node serving (v1 where the earlier tests left none) and holding v1 and v2, node1 on v1 without
     ROUTED_ENV, and the router of this kind in front of all three. The first test's rollout switches them to
     ROUTED_ENV (node1 first, the canary)."""
@@ -149,8 +132,8 @@ def routed(request, fleet, saved_images, tmp_path_factory):
         assert result.rc == 0, result.output[-4000:]
     result = ansible_playbook(fleet, "rollout.yml", root / "setup-v1.json", "--limit", "node1")
     assert result.rc == 0, result.output[-4000:]
-    kind = request.param
-    router = start_router(fleet, sorted(_urls(fleet)), kind=kind, port=ROUTER_PORT + 10 * KINDS.index(kind))
+    port = ROUTER_PORT + 10 * KINDS.index(router_kind)
+    router = start_router(fleet, sorted(_urls(fleet)), kind=router_kind, port=port)
     try:
         yield Routed(fleet=fleet, router=router, root=root, images=saved_images)
     finally:
@@ -158,10 +141,8 @@ def routed(request, fleet, saved_images, tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def router_lists_the_fleet(routed, request):
+def router_lists_the_fleet(routed):
     """Each test starts (and must end) with the router listing exactly the fleet, all healthy."""
-    if routed.router.kind != KINDS[0] and not request.node.name.startswith(BOTH_KINDS):
-        pytest.skip(f"runs behind {KINDS[0]} only (module docstring)")
     routed.router.reset(_urls(routed.fleet))
     yield
     routed.router.wait_for(_urls(routed.fleet))
