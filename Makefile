@@ -36,7 +36,7 @@ demo: setup-demo ## main job: stock refusing, the overlay accepting, a bitwise c
 demo-json: setup-demo ## main job as JSON, only JSON on stdout (progress on stderr; SGLANG_RELEASE= as demo)
 	@$(PY) -m harness.demo $(DEMO_RELEASE) --json
 
-test: setup ## run all tests: root, four streams, ~32 min on 2 cores (+16 first setup), Docker daemons, test hosts (README)
+test: setup ## run all tests: root, four streams, ~32-36 min on 2 cores (+16 first setup), Docker daemons, test hosts (README)
 	bash scripts/run-tests.sh
 
 # the unit tier (tests/conftest.py's UNIT_TIER, by folder): no root, no Docker, no network namespaces, no copies

@@ -2,7 +2,7 @@
 
 Why: one process leaves a core idle while a rollout module waits on its fleet (Ansible over SSH, Docker
 daemons, health polls); several side by side keep both cores of the CI machine busy, so the suite takes about
-its CPU time over two cores (32 minutes). Each process builds its own session fixtures (a fleet of three
+its CPU time over two cores (32-36 minutes). Each process builds its own session fixtures (a fleet of three
 nodes on its own random subnet and namespaces, its own Docker daemons), so the streams share nothing but the
 machine.
 
