@@ -73,6 +73,11 @@ def split(files: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def kind_args(name: str) -> list[str]:
+    """The pytest arguments that put stream `name` behind its router kind (none for a stream of no kind)."""
+    return ["--router-kind", KIND_STREAMS[name]] if name in KIND_STREAMS else []
+
+
 def _progress(log: Path) -> str:
     """How far a stream has got, from its output: "tests done/collected", or "starting"."""
     text = log.read_text(errors="replace") if log.exists() else ""
@@ -104,7 +109,7 @@ def _run(python: str, root: Path, logs: Path) -> int:
             procs[name] = (
                 subprocess.Popen(
                     [python, "-m", "pytest", f"--durations={SLOWEST}", f"--junitxml={logs / f'{index}.xml'}"]
-                    + (["--router-kind", KIND_STREAMS[name]] if name in KIND_STREAMS else [])
+                    + kind_args(name)
                     + files,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -187,7 +192,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, files in split(test_files()).items():
-            print(f"{name}:" + (f" (--router-kind {KIND_STREAMS[name]})" if name in KIND_STREAMS else ""))
+            print(f"{name}:" + (f" ({' '.join(kind_args(name))})" if name in KIND_STREAMS else ""))
             print("".join(f"  {path}\n" for path in files), end="")
         return 0
     return run(os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python")))

@@ -37,11 +37,22 @@ ROUTER_PORT = 30100  # on the controller's bridge address, a namespace of the te
 REPO = Path(__file__).resolve().parents[2]
 # kind (sglang_router_kind) -> (the Python that has it, its launcher module); scripts/setup-venv.sh builds both
 ROUTERS = {
-    "sglang-router": (Path(sys.executable), "sglang_router.launch_router"),
     "smg": (REPO / ".venv-smg" / "bin" / "python", "smg.launch_router"),
+    "sglang-router": (Path(sys.executable), "sglang_router.launch_router"),
 }
 #: the routers the rollout tests run behind (tests/deploy/conftest.py's `router_kind`), the current line first
-KINDS = ("smg", "sglang-router")
+KINDS = tuple(ROUTERS)
+#: ports apart between the routers of one fleet: a router's own port and its Prometheus port, then room to spare
+PORTS_PER_ROUTER = 10
+
+
+def kind_port(kind: str, module_offset: int = 0) -> int:
+    """The port of this kind's router in a module whose routers start `module_offset` above ROUTER_PORT: the
+    modules of a stream share its fleet, and each kind of each module gets ports of its own, so no router starts
+    on a port another one has just left."""
+    return ROUTER_PORT + module_offset + PORTS_PER_ROUTER * KINDS.index(kind)
+
+
 DRAINING = "draining"  # smg: removed, settling before it leaves the list
 # The router's own health checks (default: every 60 s, 3 failures to mark a worker unhealthy) are what a
 # plain swap leans on; 5 s keeps the tests short and still leaves a stopped node routed for ~15 s.

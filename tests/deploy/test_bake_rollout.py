@@ -22,7 +22,7 @@ import pytest
 
 from tests.deploy.bake_thresholds import THRESHOLDS
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
-from tests.deploy.router import KINDS, ROUTED_ENV, ROUTER_PORT, start_router
+from tests.deploy.router import ROUTED_ENV, kind_port, start_router
 from tests.deploy.runner import RunningPlaybook, ansible_playbook, fleet_status, write_inventory
 from tests.deploy.test_router_rollout import SERVICE, Routed, _containers, _kill_when, _no_journals, _urls
 
@@ -57,8 +57,7 @@ def baked(router_kind, fleet, saved_images, tmp_path_factory):
         inventory = write_inventory(fleet, root / f"setup-{version}.json", saved_images[version], sglang_env=ROUTED_ENV)
         result = ansible_playbook(fleet, "deploy.yml" if version == "v1" else "distribute.yml", inventory)
         assert result.rc == 0, result.output[-4000:]
-    port = ROUTER_PORT + 50 + 10 * KINDS.index(router_kind)
-    router = start_router(fleet, sorted(_urls(fleet)), kind=router_kind, port=port)
+    router = start_router(fleet, sorted(_urls(fleet)), kind=router_kind, port=kind_port(router_kind, module_offset=50))
     try:
         yield Routed(fleet=fleet, router=router, root=root, images=saved_images)
     finally:

@@ -29,7 +29,7 @@ import pytest
 
 from tests.deploy.fleet import terminate
 from tests.deploy.loadgen import LOAD_CONCURRENCY, LOAD_REQUESTS, Background
-from tests.deploy.router import KINDS, ROUTED_ENV, ROUTER_PORT, ROUTERS, Router, start_router
+from tests.deploy.router import KINDS, ROUTED_ENV, Router, kind_port, start_router
 from tests.deploy.runner import REPO, RunningPlaybook, ansible_playbook, fleet_status, write_inventory
 
 pytestmark = pytest.mark.slow
@@ -132,8 +132,7 @@ def routed(router_kind, fleet, saved_images, tmp_path_factory):
         assert result.rc == 0, result.output[-4000:]
     result = ansible_playbook(fleet, "rollout.yml", root / "setup-v1.json", "--limit", "node1")
     assert result.rc == 0, result.output[-4000:]
-    port = ROUTER_PORT + 10 * KINDS.index(router_kind)
-    router = start_router(fleet, sorted(_urls(fleet)), kind=router_kind, port=port)
+    router = start_router(fleet, sorted(_urls(fleet)), kind=router_kind, port=kind_port(router_kind))
     try:
         yield Routed(fleet=fleet, router=router, root=root, images=saved_images)
     finally:
@@ -468,7 +467,7 @@ def test_bad_router_settings_stop_the_run_before_anything_changes(routed, case):
     names = {"ctl": fleet.controller_address, **{n.name: n.address for n in fleet.nodes}}
 
     def fill(text):
-        other = next(kind for kind in ROUTERS if kind != routed.router.kind)
+        other = next(kind for kind in KINDS if kind != routed.router.kind)
         return (
             text.replace("ROUTER", routed.router.url)
             .replace("KIND", routed.router.kind)
